@@ -1,0 +1,120 @@
+// BlockDevice: the one asynchronous block I/O interface that files, block
+// devices, RAM, remote NBD exports, modelled spindles and fault injectors
+// (and, one layer up, the cache itself) all implement.
+//
+// Submit() validates the request — range, alignment to the logical block
+// size, operation supported, device writable — and then hands it to the
+// implementation. The completion callback always runs later on the calling
+// thread's Reactor (Reactor::Current() must be set), never inside Submit(), so
+// callers may submit while holding their own per-request state.
+//
+// Thread safety: a device may be shared by many reactor threads; each
+// implementation documents what it locks. Buffers belong to the caller until
+// the completion runs; reads and writes need buffers aligned to
+// logical_block_size() (AlignedBuffer gives 4 KiB).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "backend/reactor.h"
+#include "util/callback.h"
+#include "util/status.h"
+
+namespace ubcache {
+
+enum class IoOp : uint8_t {
+  kRead,
+  kWrite,
+  kFlush,        // make every completed write durable
+  kDiscard,      // the range may read back as zeros or old data; ours give zeros
+  kWriteZeroes,  // the range reads back as zeros
+};
+
+const char* IoOpName(IoOp op);
+
+enum IoFlags : uint32_t {
+  kIoFua = 1u << 0,      // write: durable before completion
+  kIoNoUnmap = 1u << 1,  // write-zeroes: keep the range allocated
+};
+
+struct IoRequest {
+  IoOp op = IoOp::kRead;
+  uint32_t flags = 0;
+  uint64_t offset = 0;
+  uint64_t len = 0;
+  void* buf = nullptr;  // reads and writes only
+};
+
+using IoDone = Callback<void(Status)>;
+
+class BlockDevice {
+ public:
+  virtual ~BlockDevice() = default;
+
+  uint64_t size() const { return size_; }
+  uint32_t logical_block_size() const { return block_size_; }
+  bool read_only() const { return read_only_; }
+  // The spec it was opened from ("sas:/data/backing.img").
+  const std::string& spec() const { return spec_; }
+
+  void Submit(const IoRequest& req, IoDone done);
+
+  void Read(uint64_t offset, uint64_t len, void* buf, IoDone done) {
+    Submit({IoOp::kRead, 0, offset, len, buf}, std::move(done));
+  }
+  void Write(uint64_t offset, uint64_t len, const void* buf, uint32_t flags, IoDone done) {
+    Submit({IoOp::kWrite, flags, offset, len, const_cast<void*>(buf)}, std::move(done));
+  }
+  void Flush(IoDone done) { Submit({IoOp::kFlush, 0, 0, 0, nullptr}, std::move(done)); }
+  void Discard(uint64_t offset, uint64_t len, IoDone done) {
+    Submit({IoOp::kDiscard, 0, offset, len, nullptr}, std::move(done));
+  }
+  void WriteZeroes(uint64_t offset, uint64_t len, uint32_t flags, IoDone done) {
+    Submit({IoOp::kWriteZeroes, flags, offset, len, nullptr}, std::move(done));
+  }
+
+  // Checks a request without submitting it; the error names the device.
+  Status Validate(const IoRequest& req) const;
+
+  // One line for logs: "uring /data/cache.img (1.0 GiB, O_DIRECT)".
+  virtual std::string Describe() const { return spec_; }
+
+ protected:
+  BlockDevice(std::string spec, uint64_t size, uint32_t block_size, bool read_only)
+      : spec_(std::move(spec)), size_(size), block_size_(block_size), read_only_(read_only) {}
+
+  // Called with a validated request on a reactor thread.
+  virtual void DoSubmit(const IoRequest& req, IoDone done) = 0;
+
+  // Delivers `st` to `done` on the current reactor after the caller returns.
+  static void CompleteLater(IoDone done, Status st);
+
+  std::string spec_;
+  uint64_t size_;
+  uint32_t block_size_;
+  bool read_only_;
+};
+
+struct OpenOptions {
+  bool read_only = false;
+  // Refuse to fall back to buffered I/O when O_DIRECT is refused.
+  bool require_direct = false;
+};
+
+// Opens a device from its spec:
+//   PATH | file:PATH                  file or block device, io_uring + O_DIRECT
+//   mem:SIZE                          RAM
+//   nbd:URI                           remote NBD export through libnbd
+//   sas:SPEC                          10k rpm SAS spindle model over SPEC
+//   hdd[,rpm=R][,seek_ms=S][,mbps=M][,seed=N]:SPEC   spindle model, tuned
+//   fault[,eio=OFF+LEN][,eio_p=P][,latency_us=N][,drop_unflushed=1]:SPEC
+// Errors name the spec: "bad device spec 'mem:xyz': bad size 'xyz' ...".
+Result<std::unique_ptr<BlockDevice>> OpenDevice(std::string_view spec, const OpenOptions& opts = {});
+
+// One paragraph for --help texts.
+const char* DeviceSpecHelp();
+
+}  // namespace ubcache

@@ -1,0 +1,229 @@
+#include "backend/fault_device.h"
+
+#include <cstring>
+
+#include "util/aligned_buffer.h"
+#include "util/clock.h"
+#include "util/size.h"
+
+namespace ubcache {
+
+Result<FaultConfig> ParseFaultOptions(const std::vector<std::string>& options) {
+  FaultConfig c;
+  for (const std::string& opt : options) {
+    auto eq = opt.find('=');
+    if (eq == std::string::npos) return Status::InvalidArgument("fault option '" + opt + "' needs =VALUE");
+    std::string key = opt.substr(0, eq), val = opt.substr(eq + 1);
+    if (key == "eio") {
+      auto plus = val.find('+');
+      if (plus == std::string::npos)
+        return Status::InvalidArgument("fault option eio=" + val + ": expected OFFSET+LENGTH");
+      UB_ASSIGN_OR_RETURN(uint64_t off, ParseSize(val.substr(0, plus)));
+      UB_ASSIGN_OR_RETURN(uint64_t len, ParseSize(val.substr(plus + 1)));
+      c.eio_ranges.push_back({off, len});
+    } else if (key == "eio_p") {
+      char* end = nullptr;
+      double p = std::strtod(val.c_str(), &end);
+      if (val.empty() || *end != '\0' || p < 0 || p > 1)
+        return Status::InvalidArgument("fault option eio_p=" + val + ": expected 0..1");
+      c.eio_probability = p;
+    } else if (key == "ops") {
+      if (val != "r" && val != "w" && val != "rw")
+        return Status::InvalidArgument("fault option ops=" + val + ": expected r, w or rw");
+      c.eio_reads = val.find('r') != std::string::npos;
+      c.eio_writes = val.find('w') != std::string::npos;
+    } else if (key == "latency_us") {
+      UB_ASSIGN_OR_RETURN(c.latency_us, ParseUint(val, 0, 60'000'000, "fault option latency_us"));
+    } else if (key == "drop_unflushed") {
+      UB_ASSIGN_OR_RETURN(uint64_t v, ParseUint(val, 0, 1, "fault option drop_unflushed"));
+      c.drop_unflushed = v == 1;
+    } else if (key == "seed") {
+      UB_ASSIGN_OR_RETURN(c.seed, ParseUint(val, 0, UINT64_MAX, "fault option seed"));
+    } else {
+      return Status::InvalidArgument("unknown fault option '" + key +
+                                     "' (eio, eio_p, ops, latency_us, drop_unflushed, seed)");
+    }
+  }
+  return c;
+}
+
+FaultDevice::FaultDevice(std::string spec, std::unique_ptr<BlockDevice> lower, FaultConfig config)
+    : BlockDevice(std::move(spec), lower->size(), lower->logical_block_size(), lower->read_only()),
+      lower_(std::move(lower)),
+      config_(std::move(config)) {
+  MutexLock l(&mu_);
+  rng_ = config_.seed;
+}
+
+std::string FaultDevice::Describe() const {
+  return spec_ + " (fault injection over " + lower_->Describe() + ")";
+}
+
+void FaultDevice::SetConfig(FaultConfig config) {
+  MutexLock l(&mu_);
+  config_ = std::move(config);
+  rng_ = config_.seed;
+}
+
+FaultConfig FaultDevice::config() const {
+  MutexLock l(&mu_);
+  return config_;
+}
+
+void FaultDevice::PowerLoss() {
+  MutexLock l(&mu_);
+  overlay_.clear();
+}
+
+uint64_t FaultDevice::injected_errors() const {
+  MutexLock l(&mu_);
+  return injected_;
+}
+
+uint64_t FaultDevice::unflushed_bytes() const {
+  MutexLock l(&mu_);
+  return (overlay_.size() + flushing_.size()) * block_size_;
+}
+
+bool FaultDevice::ShouldFail(const IoRequest& req) {
+  bool applies = (req.op == IoOp::kRead && config_.eio_reads) ||
+                 (req.op != IoOp::kRead && req.op != IoOp::kFlush && config_.eio_writes);
+  if (!applies) return false;
+  for (const auto& r : config_.eio_ranges) {
+    if (req.offset < r.offset + r.len && r.offset < req.offset + req.len) return true;
+  }
+  if (config_.eio_probability > 0) {
+    rng_ = rng_ * 6364136223846793005ull + 1442695040888963407ull;
+    double u = static_cast<double>(rng_ >> 11) / static_cast<double>(1ull << 53);
+    if (u < config_.eio_probability) return true;
+  }
+  return false;
+}
+
+void FaultDevice::Deliver(IoDone done, Status st, uint64_t latency_us) {
+  if (latency_us == 0) {
+    done(std::move(st));
+    return;
+  }
+  Reactor::Current()->RunAt(NowNanos() + latency_us * 1000,
+                            [done = std::move(done), st = std::move(st)]() mutable {
+                              done(std::move(st));
+                            });
+}
+
+void FaultDevice::StoreInOverlay(const IoRequest& req) {
+  const uint64_t bs = block_size_;
+  for (uint64_t off = 0; off < req.len; off += bs) {
+    auto& block = overlay_[(req.offset + off) / bs];
+    if (req.op == IoOp::kWrite)
+      block.assign(static_cast<const uint8_t*>(req.buf) + off,
+                   static_cast<const uint8_t*>(req.buf) + off + bs);
+    else
+      block.assign(bs, 0);
+  }
+}
+
+void FaultDevice::PatchFromOverlay(const IoRequest& req) {
+  const uint64_t bs = block_size_;
+  MutexLock l(&mu_);
+  if (overlay_.empty() && flushing_.empty()) return;
+  for (uint64_t off = 0; off < req.len; off += bs) {
+    uint64_t blk = (req.offset + off) / bs;
+    auto it = overlay_.find(blk);
+    const std::vector<uint8_t>* src = nullptr;
+    if (it != overlay_.end()) {
+      src = &it->second;
+    } else if (auto f = flushing_.find(blk); f != flushing_.end()) {
+      src = &f->second;
+    }
+    if (src) std::memcpy(static_cast<uint8_t*>(req.buf) + off, src->data(), bs);
+  }
+}
+
+void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
+  uint64_t latency;
+  bool hold = false;
+  {
+    MutexLock l(&mu_);
+    latency = config_.latency_us;
+    if (ShouldFail(req)) {
+      injected_++;
+      Status st = Status::IoError(spec_ + ": injected " + IoOpName(req.op) + " error at " +
+                                  std::to_string(req.offset));
+      Reactor::Current()->Defer([this, done = std::move(done), st = std::move(st),
+                                 latency]() mutable { Deliver(std::move(done), std::move(st), latency); });
+      return;
+    }
+    bool write_like = req.op == IoOp::kWrite || req.op == IoOp::kDiscard ||
+                      req.op == IoOp::kWriteZeroes;
+    if (write_like && config_.drop_unflushed && !(req.flags & kIoFua)) {
+      StoreInOverlay(req);
+      hold = true;
+    } else if (write_like) {
+      // Durable now (FUA) or not held: newer than anything in the overlay.
+      const uint64_t bs = block_size_;
+      for (uint64_t off = 0; off < req.len; off += bs) overlay_.erase((req.offset + off) / bs);
+    }
+  }
+  if (hold) {
+    Reactor::Current()->Defer([this, done = std::move(done), latency]() mutable {
+      Deliver(std::move(done), Status::OK(), latency);
+    });
+    return;
+  }
+  if (req.op == IoOp::kFlush) {
+    DoFlush(std::move(done), latency);
+    return;
+  }
+  lower_->Submit(req, [this, req, done = std::move(done), latency](Status st) mutable {
+    if (st.ok() && req.op == IoOp::kRead) PatchFromOverlay(req);
+    Deliver(std::move(done), std::move(st), latency);
+  });
+}
+
+// Writes the overlay's blocks to the device below, then flushes it.
+void FaultDevice::DoFlush(IoDone done, uint64_t latency) {
+  struct FlushState {
+    FaultDevice* dev;
+    IoDone done;
+    uint64_t latency;
+    std::vector<AlignedBuffer> bufs;
+    size_t pending = 1;
+    Status first_error;
+    void Put(Status st) {
+      if (!st.ok() && first_error.ok()) first_error = std::move(st);
+      if (--pending > 0) return;
+      dev->lower_->Flush([this](Status st2) {
+        if (!st2.ok() && first_error.ok()) first_error = std::move(st2);
+        {
+          MutexLock l(&dev->mu_);
+          dev->flushing_.clear();
+        }
+        FaultDevice* d = dev;
+        IoDone cb = std::move(done);
+        Status result = std::move(first_error);
+        uint64_t lat = latency;
+        delete this;
+        d->Deliver(std::move(cb), std::move(result), lat);
+      });
+    }
+  };
+  auto* fs = new FlushState{this, std::move(done), latency, {}, 1, Status::OK()};
+  Overlay blocks;
+  {
+    MutexLock l(&mu_);
+    for (auto& [blk, data] : overlay_) flushing_[blk] = data;
+    blocks.swap(overlay_);
+  }
+  const uint64_t bs = block_size_;
+  for (auto& [blk, data] : blocks) {
+    AlignedBuffer buf(bs);
+    std::memcpy(buf.data(), data.data(), bs);
+    fs->pending++;
+    lower_->Write(blk * bs, bs, buf.data(), 0, [fs](Status st) { fs->Put(std::move(st)); });
+    fs->bufs.push_back(std::move(buf));
+  }
+  fs->Put(Status::OK());
+}
+
+}  // namespace ubcache

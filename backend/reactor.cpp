@@ -1,0 +1,214 @@
+#include "backend/reactor.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cassert>
+#include <mutex>
+
+#include "util/clock.h"
+
+namespace ubcache {
+
+namespace {
+
+thread_local Reactor* tls_current = nullptr;
+
+std::mutex ids_mu;
+std::vector<bool> ids_used(Reactor::kMaxReactors, false);
+
+unsigned AllocId() {
+  std::lock_guard<std::mutex> l(ids_mu);
+  for (unsigned i = 0; i < Reactor::kMaxReactors; i++) {
+    if (!ids_used[i]) {
+      ids_used[i] = true;
+      return i;
+    }
+  }
+  return Reactor::kMaxReactors;
+}
+
+void FreeId(unsigned id) {
+  std::lock_guard<std::mutex> l(ids_mu);
+  if (id < Reactor::kMaxReactors) ids_used[id] = false;
+}
+
+}  // namespace
+
+// Re-arms a read on the eventfd each time it fires, so Post() can wake a
+// reactor that sleeps in io_uring_enter.
+class Reactor::Waker final : public IoCompletion {
+ public:
+  explicit Waker(Reactor* r) : r_(r) {}
+  void Complete(int32_t res, uint32_t) override {
+    if (r_->stopped() && res < 0) return;
+    r_->ArmWaker();
+  }
+
+ private:
+  Reactor* r_;
+};
+
+Result<std::unique_ptr<Reactor>> Reactor::Create(unsigned entries) {
+  std::unique_ptr<Reactor> r(new Reactor());
+  io_uring_params p{};
+  p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;
+  p.cq_entries = entries * 4;
+  int ret = io_uring_queue_init_params(entries, &r->ring_, &p);
+  if (ret == -EINVAL) {
+    // Older kernels lack SINGLE_ISSUER / COOP_TASKRUN; they are only hints.
+    p = io_uring_params{};
+    p.flags = IORING_SETUP_CQSIZE;
+    p.cq_entries = entries * 4;
+    ret = io_uring_queue_init_params(entries, &r->ring_, &p);
+  }
+  if (ret < 0) return Status::FromErrno(ret, "io_uring_queue_init");
+  r->ring_ok_ = true;
+  r->id_ = AllocId();
+  if (r->id_ >= kMaxReactors) return Status::NoSpace("too many reactors");
+  r->event_fd_ = eventfd(0, EFD_CLOEXEC);
+  if (r->event_fd_ < 0) return Status::FromErrno(errno, "eventfd");
+  r->waker_ = std::make_unique<Waker>(r.get());
+  r->ArmWaker();
+  return r;
+}
+
+Reactor::~Reactor() {
+  if (tls_current == this) tls_current = nullptr;
+  if (ring_ok_) io_uring_queue_exit(&ring_);
+  if (event_fd_ >= 0) close(event_fd_);
+  FreeId(id_);
+}
+
+Reactor* Reactor::Current() { return tls_current; }
+
+void Reactor::Bind() { tls_current = this; }
+
+io_uring_sqe* Reactor::PrepareSqe(IoCompletion* c) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  while (sqe == nullptr) {
+    io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  io_uring_sqe_set_data(sqe, c);
+  inflight_++;
+  return sqe;
+}
+
+void Reactor::ArmWaker() {
+  io_uring_sqe* sqe = PrepareSqe(waker_.get());
+  io_uring_prep_read(sqe, event_fd_, &event_buf_, sizeof event_buf_, 0);
+}
+
+void Reactor::Post(Callback<void()> fn) {
+  {
+    MutexLock l(&post_mu_);
+    posted_.push_back(std::move(fn));
+  }
+  has_posted_.store(true, std::memory_order_release);
+  if (Current() != this) {
+    uint64_t one = 1;
+    // A failed write only means the counter is already non-zero: the
+    // reactor will wake anyway.
+    [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof one);
+  }
+}
+
+void Reactor::Defer(Callback<void()> fn) { deferred_.push_back(std::move(fn)); }
+
+void Reactor::RunAt(uint64_t deadline_ns, Callback<void()> fn) {
+  timers_.push(Timer{deadline_ns, timer_seq_++, std::move(fn)});
+}
+
+void Reactor::Stop() {
+  stop_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof one);
+}
+
+bool Reactor::RunPosted() {
+  if (!has_posted_.load(std::memory_order_acquire)) return false;
+  std::vector<Callback<void()>> batch;
+  {
+    MutexLock l(&post_mu_);
+    batch.swap(posted_);
+    has_posted_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& fn : batch) fn();
+  return !batch.empty();
+}
+
+bool Reactor::RunTimers() {
+  if (timers_.empty()) return false;
+  uint64_t now = NowNanos();
+  bool ran = false;
+  while (!timers_.empty() && timers_.top().deadline <= now) {
+    Callback<void()> fn = std::move(timers_.top().fn);
+    timers_.pop();
+    fn();
+    ran = true;
+  }
+  return ran;
+}
+
+bool Reactor::RunDeferred() {
+  bool ran = false;
+  // Deferred work may defer more; run in rounds so each round sees a stable list.
+  while (!deferred_.empty()) {
+    running_.swap(deferred_);
+    for (auto& fn : running_) fn();
+    running_.clear();
+    ran = true;
+  }
+  return ran;
+}
+
+void Reactor::Run() {
+  Bind();
+  while (!stopped()) RunOnce(true);
+}
+
+void Reactor::RunOnce(bool wait) {
+  // Work that ran this turn may have made the caller's condition true, so
+  // only an idle turn may sleep.
+  bool progress = RunPosted();
+  progress |= RunTimers();
+  progress |= RunDeferred();
+
+  bool can_sleep = wait && !progress && !has_posted_.load(std::memory_order_acquire) && !stopped();
+  __kernel_timespec ts{};
+  __kernel_timespec* tsp = nullptr;
+  if (can_sleep && !timers_.empty()) {
+    uint64_t now = NowNanos();
+    uint64_t due = timers_.top().deadline;
+    uint64_t delta = due > now ? due - now : 0;
+    ts.tv_sec = static_cast<int64_t>(delta / 1'000'000'000ull);
+    ts.tv_nsec = static_cast<long long>(delta % 1'000'000'000ull);
+    tsp = &ts;
+    if (delta == 0) can_sleep = false;
+  }
+  io_uring_cqe* cqe = nullptr;
+  int ret;
+  if (can_sleep) {
+    if (tsp)
+      ret = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, tsp, nullptr);
+    else
+      ret = io_uring_submit_and_wait(&ring_, 1);
+  } else {
+    ret = io_uring_submit(&ring_);
+  }
+  (void)ret;  // -ETIME / -EINTR just mean "look again"
+
+  // Reap what is there. Each CQE is marked seen before its completion runs,
+  // because a completion may submit (and even wait on) the ring again.
+  while (io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
+    auto* c = static_cast<IoCompletion*>(io_uring_cqe_get_data(cqe));
+    int32_t res = cqe->res;
+    uint32_t flags = cqe->flags;
+    io_uring_cqe_seen(&ring_, cqe);
+    inflight_--;
+    if (c) c->Complete(res, flags);
+  }
+}
+
+}  // namespace ubcache

@@ -1,0 +1,129 @@
+// Reactor: one thread's event loop around its own io_uring.
+//
+// Every thread that does I/O owns exactly one Reactor; a ring is never shared.
+// Devices submit on Reactor::Current(), so a completion always runs on the
+// thread that submitted the request. Other threads talk to a reactor only
+// through Post(), which queues a function and wakes the ring via an eventfd.
+//
+// user_data of every SQE is a pointer to an IoCompletion; it is packed in
+// PrepareSqe() and unpacked in Dispatch(), and nowhere else.
+//
+// Thread safety: Post() and Stop() from any thread; everything else only on
+// the reactor's own thread (the one inside Run(), or the one that Bind()s it).
+#pragma once
+
+#include <liburing.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <vector>
+
+#include "util/callback.h"
+#include "util/status.h"
+#include "util/thread_annotations.h"
+
+namespace ubcache {
+
+// Something waiting for one CQE. The reactor calls Complete() with cqe->res
+// (a byte count or -errno) and cqe->flags.
+class IoCompletion {
+ public:
+  virtual void Complete(int32_t res, uint32_t cqe_flags) = 0;
+
+ protected:
+  ~IoCompletion() = default;
+};
+
+class Reactor {
+ public:
+  static constexpr unsigned kMaxReactors = 256;
+
+  // `entries` SQ entries; the CQ is four times larger so completions are not
+  // dropped while a burst of requests is in flight.
+  static Result<std::unique_ptr<Reactor>> Create(unsigned entries = 512);
+  ~Reactor();
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  // The reactor bound to this thread, or nullptr.
+  static Reactor* Current();
+  // Makes this reactor the current one for the calling thread (tests and
+  // tools that drive a reactor by hand with RunOnce()).
+  void Bind();
+
+  // Small dense id (0..kMaxReactors-1) for per-reactor slots in devices.
+  unsigned id() const { return id_; }
+  io_uring* ring() { return &ring_; }
+
+  // An SQE whose CQE will be delivered to `c`. Never null: when the SQ is
+  // full, pending SQEs are submitted first.
+  io_uring_sqe* PrepareSqe(IoCompletion* c);
+
+  // Runs `fn` on the reactor's thread soon. Any thread.
+  void Post(Callback<void()> fn) EXCLUDES(post_mu_);
+  // Runs `fn` on this thread after the current callback returns. Reactor
+  // thread only. Used to deliver completions that are ready at once without
+  // calling back into the submitter's stack.
+  void Defer(Callback<void()> fn);
+  // Runs `fn` at or after `deadline_ns` (NowNanos() clock). Reactor thread.
+  void RunAt(uint64_t deadline_ns, Callback<void()> fn);
+
+  // Loops until Stop().
+  void Run();
+  // One turn: run deferred work and due timers, submit, reap completions.
+  // Waits for at least one event when `wait` and nothing is ready.
+  void RunOnce(bool wait);
+  // Any thread; Run() returns after its current turn.
+  void Stop();
+  bool stopped() const { return stop_.load(std::memory_order_acquire); }
+
+  // Runs turns until `done()` is true. For tools and tests.
+  template <typename Pred>
+  void RunUntil(Pred done) {
+    while (!done()) RunOnce(true);
+  }
+
+  // Number of SQEs handed out and not yet completed.
+  uint64_t inflight() const { return inflight_; }
+
+ private:
+  Reactor() = default;
+  class Waker;
+  struct Timer {
+    uint64_t deadline;
+    uint64_t seq;
+    mutable Callback<void()> fn;
+    bool operator>(const Timer& o) const {
+      return deadline != o.deadline ? deadline > o.deadline : seq > o.seq;
+    }
+  };
+
+  void ArmWaker();
+  // Each returns whether it ran anything.
+  bool RunPosted() EXCLUDES(post_mu_);
+  bool RunTimers();
+  bool RunDeferred();
+
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  unsigned id_ = 0;
+  int event_fd_ = -1;
+  uint64_t event_buf_ = 0;
+  std::unique_ptr<Waker> waker_;
+  uint64_t inflight_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> sleeping_{false};
+
+  Mutex post_mu_;
+  std::vector<Callback<void()>> posted_ GUARDED_BY(post_mu_);
+  std::atomic<bool> has_posted_{false};
+
+  std::vector<Callback<void()>> deferred_;
+  std::vector<Callback<void()>> running_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+  uint64_t timer_seq_ = 0;
+};
+
+}  // namespace ubcache

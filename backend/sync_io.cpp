@@ -1,0 +1,15 @@
+#include "backend/sync_io.h"
+
+#include <optional>
+
+namespace ubcache {
+
+Status SyncIo(BlockDevice& dev, const IoRequest& req) {
+  Reactor* r = Reactor::Current();
+  std::optional<Status> result;
+  dev.Submit(req, [&result](Status st) { result = std::move(st); });
+  r->RunUntil([&] { return result.has_value(); });
+  return std::move(*result);
+}
+
+}  // namespace ubcache

@@ -1,0 +1,81 @@
+// ubcache: one binary, subcommands in the manner of git and bcachefs.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "util/log.h"
+
+#ifndef UBCACHE_VERSION
+#define UBCACHE_VERSION "0.0.0"
+#endif
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int, char**);
+};
+
+const Command kCommands[] = {
+    {"serve", "serve a device (or a cache in front of one) over NBD", ubcache::ServeMain},
+    {"probe", "measure a device: random IOPS, sequential MB/s, latency", ubcache::ProbeMain},
+};
+
+void PrintHelp(FILE* out) {
+  std::fprintf(out,
+               "ubcache %s — a user-space, bcache-style SSD cache for block devices\n\n"
+               "Usage: ubcache [--log-level LEVEL | -v] COMMAND [OPTIONS]\n\nCommands:\n",
+               UBCACHE_VERSION);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\nGlobal options:\n"
+               "  --log-level LEVEL  trace, debug, info, warn, error, off (default: info)\n"
+               "  -v                 same as --log-level debug\n"
+               "  --version          print the version\n"
+               "  -h, --help         this help; 'ubcache COMMAND --help' for a command\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ubcache::InitLogging();
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    std::string a = argv[i];
+    if (a == "--version") {
+      std::printf("ubcache %s\n", UBCACHE_VERSION);
+      return 0;
+    } else if (a == "-h" || a == "--help") {
+      PrintHelp(stdout);
+      return 0;
+    } else if (a == "-v") {
+      (void)ubcache::SetLogLevel("debug");
+    } else if (a == "--log-level" || a.rfind("--log-level=", 0) == 0) {
+      std::string level;
+      if (a == "--log-level") {
+        if (i + 1 >= argc) ubcache::Die(2, "--log-level needs a value");
+        level = argv[++i];
+      } else {
+        level = a.substr(12);
+      }
+      ubcache::Status st = ubcache::SetLogLevel(level);
+      if (!st.ok()) ubcache::Die(2, st.message());
+    } else {
+      std::fprintf(stderr, "ubcache: unknown option '%s'\n\n", argv[i]);
+      PrintHelp(stderr);
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    PrintHelp(stderr);
+    return 2;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[i], c.name) == 0) return c.run(argc - i, argv + i);
+  }
+  std::fprintf(stderr, "ubcache: unknown command '%s' (see 'ubcache --help')\n", argv[i]);
+  return 2;
+}
