@@ -1,0 +1,164 @@
+# lib.sh — sourced by every tests/integration/NNN-*.sh script.
+#
+# Environment (set by ctest, see tests/CMakeLists.txt):
+#   UBCACHE        path to the ubcache binary under test (required)
+#   UBCACHE_SRC    source tree (default: two levels above this file)
+#   UBCACHE_BUILD  build tree (informational)
+#
+# Provides:
+#   WORK                 per-test scratch directory under /var/tmp, removed on exit
+#   SOCK                 default NBD Unix socket path ($WORK/nbd.sock)
+#   start_server ARGS    `ubcache serve ARGS` in the background, stderr to
+#                        $WORK/server.N.log; waits for the socket named by the
+#                        first `--nbd unix:PATH`; fails if the process dies.
+#   stop_server [SIG]    SIGTERM (or SIG), wait, assert exit status 0
+#   server_alive         fail unless the server process still runs
+#   fail MSG             print MSG and the server log tail, exit 1
+#   on_exit CMD          run CMD (eval'd) at exit, most recent first
+#   nbd_uri [EXPORT]     nbd+unix URI for $SOCK
+set -euo pipefail
+
+# Debian's tools first: nbdsh needs the python3 that has python3-libnbd, not
+# a python3 some version manager put earlier in PATH.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+TEST_NAME=$(basename "$0" .sh)
+: "${UBCACHE:?UBCACHE must name the ubcache binary (ctest sets it)}"
+UBCACHE_SRC=${UBCACHE_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+INTEGRATION_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[[ -x $UBCACHE ]] || { echo "FAIL: $TEST_NAME: UBCACHE=$UBCACHE is not executable" >&2; exit 1; }
+
+# Not /tmp: it may be a tmpfs, which has no O_DIRECT.
+WORK=$(mktemp -d "/var/tmp/ubcache-it.$TEST_NAME.XXXXXX")
+SOCK=$WORK/nbd.sock
+SERVER_PID=""
+SERVER_LOG=""
+SERVER_SOCK=""
+SERVER_COUNT=0
+START_TIMEOUT=${UBCACHE_TEST_START_TIMEOUT:-20}
+STOP_TIMEOUT=${UBCACHE_TEST_STOP_TIMEOUT:-10}
+_EXIT_HOOKS=()
+
+log() { echo "[$TEST_NAME] $*" >&2; }
+
+server_log_tail() {
+  if [[ -n $SERVER_LOG && -f $SERVER_LOG ]]; then
+    echo "---- server log tail ($SERVER_LOG) ----" >&2
+    tail -n 40 "$SERVER_LOG" >&2 || true
+    echo "---- end of server log ----" >&2
+  fi
+}
+
+fail() {
+  echo "FAIL: $TEST_NAME: $*" >&2
+  server_log_tail
+  exit 1
+}
+
+on_exit() { _EXIT_HOOKS+=("$1"); }
+
+_cleanup() {
+  local rc=$?
+  set +e
+  local i
+  for ((i = ${#_EXIT_HOOKS[@]} - 1; i >= 0; i--)); do
+    eval "${_EXIT_HOOKS[$i]}" >/dev/null 2>&1
+  done
+  if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -TERM "$SERVER_PID" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+  fi
+  if [[ $rc -eq 0 ]]; then
+    rm -rf "$WORK"
+    echo "PASS: $TEST_NAME" >&2
+  else
+    # Keep the scratch dir of a failed test, but not its large images.
+    find "$WORK" -type f -size +1M -delete 2>/dev/null
+    echo "($TEST_NAME: logs kept in $WORK)" >&2
+  fi
+  exit $rc
+}
+trap _cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start_server ARGS... — runs `$UBCACHE serve ARGS...`.
+start_server() {
+  [[ -z $SERVER_PID ]] || fail "start_server: a server (pid $SERVER_PID) is already running"
+  SERVER_SOCK=""
+  local prev="" a
+  for a in "$@"; do
+    if [[ $prev == --nbd && $a == unix:* && -z $SERVER_SOCK ]]; then SERVER_SOCK=${a#unix:}; fi
+    prev=$a
+  done
+  [[ -n $SERVER_SOCK ]] || fail "start_server: no --nbd unix:PATH in: $*"
+  rm -f "$SERVER_SOCK"
+  SERVER_COUNT=$((SERVER_COUNT + 1))
+  SERVER_LOG=$WORK/server.$SERVER_COUNT.log
+  log "starting: ubcache serve $*"
+  "$UBCACHE" serve "$@" 2>"$SERVER_LOG" &
+  SERVER_PID=$!
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while [[ ! -S $SERVER_SOCK ]]; do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      local rc=0
+      wait "$SERVER_PID" || rc=$?
+      SERVER_PID=""
+      fail "server exited with status $rc before creating $SERVER_SOCK (args: $*)"
+    fi
+    ((SECONDS < deadline)) || fail "server did not create $SERVER_SOCK within ${START_TIMEOUT}s"
+    sleep 0.05
+  done
+}
+
+server_alive() {
+  [[ -n $SERVER_PID ]] || fail "server_alive: no server started"
+  kill -0 "$SERVER_PID" 2>/dev/null || {
+    local rc=0
+    wait "$SERVER_PID" || rc=$?
+    SERVER_PID=""
+    fail "server died (exit status $rc) ${1:+while: $1}"
+  }
+}
+
+# stop_server [SIGNAL] — default TERM; asserts exit status 0 within STOP_TIMEOUT.
+stop_server() {
+  local sig=${1:-TERM}
+  [[ -n $SERVER_PID ]] || fail "stop_server: no server running"
+  server_alive "before SIG$sig"
+  kill -"$sig" "$SERVER_PID"
+  local deadline=$((SECONDS + STOP_TIMEOUT))
+  while kill -0 "$SERVER_PID" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      kill -KILL "$SERVER_PID" 2>/dev/null || true
+      wait "$SERVER_PID" 2>/dev/null || true
+      SERVER_PID=""
+      fail "server did not exit within ${STOP_TIMEOUT}s of SIG$sig"
+    fi
+    sleep 0.05
+  done
+  local rc=0
+  wait "$SERVER_PID" || rc=$?
+  SERVER_PID=""
+  [[ $rc -eq 0 ]] || fail "server exited with status $rc after SIG$sig (expected 0)"
+  log "server stopped cleanly after SIG$sig"
+}
+
+nbd_uri() { echo "nbd+unix:///${1:-}?socket=${SERVER_SOCK:-$SOCK}"; }
+
+# expect_contains TEXT NEEDLE WHAT — fixed-string match.
+expect_contains() {
+  grep -qF -- "$2" <<<"$1" || fail "$3: expected to find '$2' in:
+$1"
+}
+
+# random_file PATH MIB — fill PATH with MIB MiB of random data.
+random_file() {
+  dd if=/dev/urandom of="$1" bs=1M count="$2" status=none
+}
+
+# free_tcp_port — an unused TCP port on 127.0.0.1.
+free_tcp_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
