@@ -1,0 +1,107 @@
+// NbdConnection: one client connection, owned by one reactor thread.
+//
+// Input: a receive buffer that recv SQEs fill; complete requests are
+// parsed out of it. A WRITE whose payload has not all arrived gets its own
+// buffer, and the rest of the payload is received straight into it.
+// Output: completed requests queue their replies; one sendmsg gathers all
+// queued replies at the end of the reactor turn. At most one recv and one
+// send are in flight at a time.
+//
+// Thread safety: every method runs on the owning reactor's thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <sys/uio.h>
+#include <vector>
+
+#include "backend/reactor.h"
+#include "frontend/nbd_handshake.h"
+#include "frontend/nbd_proto.h"
+#include "frontend/nbd_server.h"
+#include "util/aligned_buffer.h"
+
+namespace ubcache {
+
+class NbdConnection {
+ public:
+  NbdConnection(NbdServer* server, int fd, std::string peer);
+  ~NbdConnection();
+  // Sends the greeting and starts reading.
+  void Start();
+  // Server shutdown: stop reading; close once in-flight requests are answered.
+  void BeginShutdown();
+
+  // Connections on this reactor thread, for shutdown.
+  static std::vector<NbdConnection*>& OnThisThread();
+
+ private:
+  struct Op;
+  struct RecvCompletion final : IoCompletion {
+    NbdConnection* conn;
+    void Complete(int32_t res, uint32_t) override { conn->OnRecv(res); }
+  };
+  struct SendCompletion final : IoCompletion {
+    NbdConnection* conn;
+    void Complete(int32_t res, uint32_t) override { conn->OnSend(res); }
+  };
+  struct CancelCompletion final : IoCompletion {
+    void Complete(int32_t, uint32_t) override {}
+  };
+  enum class Phase { kHandshake, kHeader, kPayload, kDiscard, kClosing };
+
+  void ArmRecv();
+  void OnRecv(int32_t res);
+  void Process();
+  bool ProcessHandshake();
+  bool ProcessRequests();
+  void StartRequest(const nbd::Request& req);
+  void Execute(Op* op);
+  void Finish(Op* op, Status st);
+  void FinishError(Op* op, uint32_t nbd_error);
+  void QueueReply(Op* op);
+  void QueueRaw(std::string bytes);
+  void ScheduleSend();
+  void SendNow();
+  void OnSend(int32_t res);
+  void StopReading(const char* why);
+  void MaybeClose();
+  bool Idle() const;
+  void FreeOp(Op* op);
+
+  NbdServer* server_;
+  int fd_;
+  std::string peer_;
+  Reactor* reactor_;
+  BlockDevice* dev_ = nullptr;
+  nbd::ExportLimits limits_{};
+  nbd::Handshake handshake_;
+  Phase phase_ = Phase::kHandshake;
+
+  AlignedBuffer rbuf_;
+  size_t rstart_ = 0, rend_ = 0;
+  Op* payload_op_ = nullptr;  // WRITE whose payload is still arriving
+  uint32_t payload_got_ = 0;
+  uint64_t discard_left_ = 0;  // payload of a refused WRITE still to skip
+
+  RecvCompletion recv_c_;
+  SendCompletion send_c_;
+  CancelCompletion cancel_c_;
+  bool recv_inflight_ = false;
+  bool send_inflight_ = false;
+  bool send_scheduled_ = false;
+  bool resume_scheduled_ = false;  // parsing resumes after the live-op limit
+  bool close_scheduled_ = false;
+  bool reading_ = true;     // false after EOF, DISC, an error or shutdown
+  bool fatal_ = false;      // socket error: drop replies, close as soon as idle
+  uint32_t ops_live_ = 0;   // executing or waiting to be sent
+
+  std::deque<Op*> send_queue_;   // replies waiting for the next sendmsg
+  std::vector<Op*> sending_;     // replies in the sendmsg in flight
+  std::vector<iovec> iov_;
+  size_t iov_first_ = 0;         // first iovec not yet fully sent
+  msghdr msg_{};
+};
+
+}  // namespace ubcache
