@@ -160,9 +160,14 @@ void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
       StoreInOverlay(req);
       hold = true;
     } else if (write_like) {
-      // Durable now (FUA) or not held: newer than anything in the overlay.
+      // Durable now (FUA) or not held: newer than anything in the overlay,
+      // including blocks a flush in progress is still writing out, which
+      // reads would otherwise patch over this write.
       const uint64_t bs = block_size_;
-      for (uint64_t off = 0; off < req.len; off += bs) overlay_.erase((req.offset + off) / bs);
+      for (uint64_t off = 0; off < req.len; off += bs) {
+        overlay_.erase((req.offset + off) / bs);
+        flushing_.erase((req.offset + off) / bs);
+      }
     }
   }
   if (hold) {
