@@ -7,5 +7,7 @@ namespace ubcache {
 // 0 success, 1 failure of the operation, 2 usage error or bad input.
 int ProbeMain(int argc, char** argv);
 int ServeMain(int argc, char** argv);
+int FormatMain(int argc, char** argv);
+int ShowSuperMain(int argc, char** argv);
 
 }  // namespace ubcache

@@ -21,6 +21,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"serve", "serve a device (or a cache in front of one) over NBD", ubcache::ServeMain},
+    {"format", "write a cache or backing superblock (bcache layout for backing)", ubcache::FormatMain},
+    {"show-super", "print every field of a cache or backing superblock", ubcache::ShowSuperMain},
     {"probe", "measure a device: random IOPS, sequential MB/s, latency", ubcache::ProbeMain},
 };
 
