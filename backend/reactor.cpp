@@ -52,11 +52,13 @@ class Reactor::Waker final : public IoCompletion {
 Result<std::unique_ptr<Reactor>> Reactor::Create(unsigned entries) {
   std::unique_ptr<Reactor> r(new Reactor());
   io_uring_params p{};
-  p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;
+  // No IORING_SETUP_SINGLE_ISSUER: it binds the ring to the creating thread,
+  // and reactors are created on one thread and Run() on their own.
+  p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN;
   p.cq_entries = entries * 4;
   int ret = io_uring_queue_init_params(entries, &r->ring_, &p);
   if (ret == -EINVAL) {
-    // Older kernels lack SINGLE_ISSUER / COOP_TASKRUN; they are only hints.
+    // Older kernels lack COOP_TASKRUN; it is only a hint.
     p = io_uring_params{};
     p.flags = IORING_SETUP_CQSIZE;
     p.cq_entries = entries * 4;

@@ -92,16 +92,21 @@ class NbdkitServer {
     unlink(pidfile.c_str());
   }
   ~NbdkitServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int status;
-      waitpid(pid_, &status, 0);
-    }
+    Kill(SIGTERM);
     unlink(socket_.c_str());
     rmdir(dir_.c_str());
   }
   NbdkitServer(const NbdkitServer&) = delete;
   NbdkitServer& operator=(const NbdkitServer&) = delete;
+
+  // Ends the server (a process this test started) and reaps it.
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
 
   std::string uri() const { return "nbd+unix:///?socket=" + socket_; }
   pid_t pid() const { return pid_; }

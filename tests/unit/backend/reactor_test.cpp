@@ -1,0 +1,205 @@
+#include "backend/reactor.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "device_test_support.h"
+#include "util/clock.h"
+
+using namespace ubcache;
+using namespace ubcache::test;
+
+TEST_CASE("Post from another thread runs on the reactor thread") {
+  auto reactor = BoundReactor();
+  const auto reactor_thread = std::this_thread::get_id();
+  constexpr int kN = 1000;
+  std::vector<std::thread::id> ran_on;
+  std::vector<int> order;
+  // The poster starts while the reactor sleeps in io_uring_enter: Post must wake it.
+  std::thread poster([&] {
+    for (int i = 0; i < kN; i++)
+      reactor->Post([&, i] {
+        ran_on.push_back(std::this_thread::get_id());
+        order.push_back(i);
+      });
+  });
+  reactor->RunUntil([&] { return order.size() == kN; });
+  poster.join();
+  REQUIRE(order.size() == kN);
+  for (int i = 0; i < kN; i++) {
+    CHECK(ran_on[i] == reactor_thread);
+    CHECK(order[i] == i);  // one poster's work runs in its order
+  }
+}
+
+TEST_CASE("a reactor created on one thread runs on another and stops on request") {
+  auto r = Reactor::Create();
+  REQUIRE(r.ok());
+  Reactor* reactor = r->get();
+  std::promise<std::thread::id> ran;
+  std::thread loop([reactor] { reactor->Run(); });
+  reactor->Post([&] { ran.set_value(std::this_thread::get_id()); });
+  auto fut = ran.get_future();
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(fut.get() == loop.get_id());
+
+  // The loop thread can do I/O on its own ring: a timer and a device request.
+  std::promise<bool> io_ok;
+  reactor->Post([&] {
+    CHECK(Reactor::Current() == reactor);
+    reactor->RunAt(NowNanos() + 1'000'000, [&] { io_ok.set_value(true); });
+  });
+  auto io_fut = io_ok.get_future();
+  REQUIRE(io_fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+
+  reactor->Stop();
+  loop.join();
+  CHECK(reactor->stopped());
+}
+
+TEST_CASE("file I/O works on a reactor that runs on a thread other than its creator") {
+  auto r = Reactor::Create();
+  REQUIRE(r.ok());
+  Reactor* reactor = r->get();
+  TempFile file(1 << 20);
+  std::promise<Status> result;
+  std::thread loop([&] {
+    reactor->Bind();
+    auto dev = OpenDevice(file.path());
+    REQUIRE(dev.ok());
+    AlignedBuffer buf(4096);
+    FillPattern(buf.data(), 4096, 1);
+    Status st = SyncWrite(**dev, 0, 4096, buf.data());
+    if (st.ok()) st = SyncRead(**dev, 0, 4096, buf.data());
+    result.set_value(st);
+  });
+  auto fut = result.get_future();
+  // A ring bound to its creating thread would fail (EEXIST) or hang here.
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  loop.join();
+  Status st = fut.get();
+  INFO(st.ToString());
+  CHECK(st.ok());
+}
+
+TEST_CASE("RunAt fires no earlier than its deadline and in deadline order") {
+  auto reactor = BoundReactor();
+  uint64_t now = NowNanos();
+  const uint64_t ms = 1'000'000;
+  struct Fired {
+    int id;
+    uint64_t at;
+  };
+  std::vector<Fired> fired;
+  std::vector<uint64_t> deadline = {now + 30 * ms, now + 10 * ms, now + 20 * ms, now + 10 * ms,
+                                    now + 5 * ms, now};
+  for (int i = 0; i < static_cast<int>(deadline.size()); i++)
+    reactor->RunAt(deadline[i], [&, i] { fired.push_back({i, NowNanos()}); });
+  reactor->RunUntil([&] { return fired.size() == deadline.size(); });
+  std::vector<int> ids;
+  for (auto& f : fired) {
+    INFO("timer " << f.id);
+    CHECK(f.at >= deadline[f.id]);
+    ids.push_back(f.id);
+  }
+  // Equal deadlines keep the order they were set in (1 before 3).
+  CHECK(ids == std::vector<int>{5, 4, 1, 3, 2, 0});
+}
+
+TEST_CASE("a timer set from a timer callback fires too") {
+  auto reactor = BoundReactor();
+  int n = 0;
+  uint64_t second_deadline = 0;
+  uint64_t second_fired = 0;
+  reactor->RunAt(NowNanos() + 1'000'000, [&] {
+    n++;
+    second_deadline = NowNanos() + 2'000'000;
+    reactor->RunAt(second_deadline, [&] {
+      n++;
+      second_fired = NowNanos();
+    });
+  });
+  reactor->RunUntil([&] { return n == 2; });
+  CHECK(second_fired >= second_deadline);
+}
+
+TEST_CASE("Defer runs after the current callback returns, in order") {
+  auto reactor = BoundReactor();
+  std::vector<std::string> log;
+  reactor->Post([&] {
+    reactor->Defer([&] {
+      log.push_back("deferred 1");
+      reactor->Defer([&] { log.push_back("deferred from deferred"); });
+      log.push_back("deferred 1 returns");
+    });
+    reactor->Defer([&] { log.push_back("deferred 2"); });
+    log.push_back("posted returns");
+  });
+  reactor->RunUntil([&] { return log.size() == 5; });
+  CHECK(log == std::vector<std::string>{"posted returns", "deferred 1", "deferred 1 returns",
+                                        "deferred 2", "deferred from deferred"});
+}
+
+TEST_CASE("deferred work runs on the next turn without waiting") {
+  auto reactor = BoundReactor();
+  bool ran = false;
+  reactor->Defer([&] { ran = true; });
+  CHECK_FALSE(ran);  // not inside Defer
+  reactor->RunOnce(false);
+  CHECK(ran);
+}
+
+TEST_CASE("RunOnce without wait returns when there is nothing to do") {
+  auto reactor = BoundReactor();
+  for (int i = 0; i < 10; i++) reactor->RunOnce(false);
+  bool ran = false;
+  reactor->RunAt(NowNanos() + 3'600'000'000'000ull, [&] { ran = true; });  // an hour away
+  reactor->RunOnce(false);
+  CHECK_FALSE(ran);
+}
+
+TEST_CASE("Bind makes a reactor current for its thread only, and destruction unbinds it") {
+  CHECK(Reactor::Current() == nullptr);
+  {
+    auto reactor = BoundReactor();
+    CHECK(Reactor::Current() == reactor.get());
+    Reactor* seen = reinterpret_cast<Reactor*>(1);
+    std::thread([&] { seen = Reactor::Current(); }).join();
+    CHECK(seen == nullptr);
+  }
+  CHECK(Reactor::Current() == nullptr);
+}
+
+TEST_CASE("reactors get distinct ids, and an id is reused once its reactor is gone") {
+  auto a = Reactor::Create();
+  auto b = Reactor::Create();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK((*a)->id() != (*b)->id());
+  CHECK((*a)->id() < Reactor::kMaxReactors);
+  unsigned freed = (*a)->id();
+  a.value().reset();
+  auto c = Reactor::Create();
+  REQUIRE(c.ok());
+  CHECK((*c)->id() == freed);
+}
+
+TEST_CASE("Stop from another thread ends Run") {
+  auto r = Reactor::Create();
+  REQUIRE(r.ok());
+  Reactor* reactor = r->get();
+  std::promise<void> started;
+  std::thread loop([&] {
+    reactor->Bind();
+    reactor->Post([&] { started.set_value(); });
+    reactor->Run();
+  });
+  started.get_future().wait();
+  reactor->Stop();  // the loop is asleep in io_uring_enter, or about to be
+  loop.join();
+  CHECK(reactor->stopped());
+}
