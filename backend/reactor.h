@@ -41,8 +41,7 @@ class Reactor {
   static constexpr unsigned kMaxReactors = 256;
 
   // `entries` SQ entries; the CQ is four times larger so completions are not
-  // dropped while a burst of requests is in flight. Create the reactor on the
-  // thread that will run it: the ring is set up for a single issuer.
+  // dropped while a burst of requests is in flight.
   static Result<std::unique_ptr<Reactor>> Create(unsigned entries = 512);
   ~Reactor();
   Reactor(const Reactor&) = delete;
