@@ -13,9 +13,11 @@ run_cases() {
     --size $((64 << 20)) >"$WORK/protocol.$mode.log" 2>&1 || rc=$?
   cat "$WORK/protocol.$mode.log"
   server_alive "after the $mode protocol cases"
-  [[ $rc -eq 0 ]] || fail "protocol cases ($mode) failed: $(grep '^FAIL' "$WORK/protocol.$mode.log" | head -n 40)"
+  [[ $rc -eq 0 ]] || failed+="
+$(grep -A1 '^FAIL' "$WORK/protocol.$mode.log" | head -n 40)"
 }
 
+failed=""
 start_server --backing mem:64M --nbd "unix:$SOCK" --threads 2
 run_cases rw
 stop_server
@@ -23,3 +25,4 @@ stop_server
 start_server --backing mem:64M --nbd "unix:$SOCK" --read-only
 run_cases ro
 stop_server
+[[ -z $failed ]] || fail "protocol cases failed:$failed"
