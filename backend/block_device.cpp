@@ -45,8 +45,7 @@ void BlockDevice::Submit(const IoRequest& req, IoDone done) {
 }
 
 void BlockDevice::CompleteLater(IoDone done, Status st) {
-  Reactor::Current()->Defer(
-      [done = std::move(done), st = std::move(st)]() mutable { done(std::move(st)); });
+  Reactor::Current()->DeferDone(std::move(done), std::move(st));
 }
 
 }  // namespace ubcache

@@ -93,9 +93,7 @@ int OnComplete(void* user_data, int* error) {
   // libnbd's own lock is held here: hand the result to the reactor instead
   // of letting the caller re-enter libnbd from inside the callback.
   Status st = op->error ? Status::FromErrno(op->error, op->what) : Status::OK();
-  Reactor::Current()->Defer([done = std::move(op->done), st = std::move(st)]() mutable {
-    done(std::move(st));
-  });
+  Reactor::Current()->DeferDone(std::move(op->done), std::move(st));
   delete op;
   return 1;
 }

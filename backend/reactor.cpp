@@ -118,6 +118,10 @@ void Reactor::Post(Callback<void()> fn) {
 
 void Reactor::Defer(Callback<void()> fn) { deferred_.push_back(std::move(fn)); }
 
+void Reactor::DeferDone(Callback<void(Status)> done, Status st) {
+  deferred_done_.push_back(DoneItem{std::move(done), std::move(st)});
+}
+
 void Reactor::RunAt(uint64_t deadline_ns, Callback<void()> fn) {
   timers_.push(Timer{deadline_ns, timer_seq_++, std::move(fn)});
 }
@@ -156,7 +160,10 @@ bool Reactor::RunTimers() {
 bool Reactor::RunDeferred() {
   bool ran = false;
   // Deferred work may defer more; run in rounds so each round sees a stable list.
-  while (!deferred_.empty()) {
+  while (!deferred_.empty() || !deferred_done_.empty()) {
+    running_done_.swap(deferred_done_);
+    for (auto& item : running_done_) item.done(std::move(item.st));
+    running_done_.clear();
     running_.swap(deferred_);
     for (auto& fn : running_) fn();
     running_.clear();

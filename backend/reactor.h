@@ -67,6 +67,9 @@ class Reactor {
   // thread only. Used to deliver completions that are ready at once without
   // calling back into the submitter's stack.
   void Defer(Callback<void()> fn);
+  // Defer(), specialised for the commonest case — delivering a status to a
+  // completion — without wrapping (and so allocating) a second callback.
+  void DeferDone(Callback<void(Status)> done, Status st);
   // Runs `fn` at or after `deadline_ns` (NowNanos() clock). Reactor thread.
   void RunAt(uint64_t deadline_ns, Callback<void()> fn);
 
@@ -120,8 +123,14 @@ class Reactor {
   std::vector<Callback<void()>> posted_ GUARDED_BY(post_mu_);
   std::atomic<bool> has_posted_{false};
 
+  struct DoneItem {
+    Callback<void(Status)> done;
+    Status st;
+  };
   std::vector<Callback<void()>> deferred_;
   std::vector<Callback<void()>> running_;
+  std::vector<DoneItem> deferred_done_;
+  std::vector<DoneItem> running_done_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   uint64_t timer_seq_ = 0;
 };

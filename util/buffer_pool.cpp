@@ -1,5 +1,7 @@
 #include "util/buffer_pool.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -7,7 +9,34 @@ namespace ubcache {
 
 BufferPool::~BufferPool() {
   for (auto& list : free_)
-    for (uint8_t* p : list) std::free(p);
+    for (uint8_t* p : list)
+      if (!FromSlab(p)) std::free(p);
+  for (uint8_t* s : slabs_) munmap(s, kSlabSize);
+}
+
+bool BufferPool::FromSlab(const uint8_t* p) const {
+  for (const uint8_t* s : slabs_)
+    if (p >= s && p < s + kSlabSize) return true;
+  return false;
+}
+
+bool BufferPool::CarveSlab(size_t c) {
+  if ((slabs_.size() + 1) * kSlabSize > kMaxSlabBytes) return false;
+  // Over-map, then trim to a 2 MiB-aligned slab so THP can back it.
+  size_t span = 2 * kSlabSize;
+  void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return false;
+  auto base = reinterpret_cast<uintptr_t>(m);
+  uintptr_t aligned = (base + kSlabSize - 1) & ~(uintptr_t{kSlabSize} - 1);
+  if (aligned > base) munmap(m, aligned - base);
+  if (base + span > aligned + kSlabSize)
+    munmap(reinterpret_cast<void*>(aligned + kSlabSize), base + span - aligned - kSlabSize);
+  auto* slab = reinterpret_cast<uint8_t*>(aligned);
+  madvise(slab, kSlabSize, MADV_HUGEPAGE);
+  slabs_.push_back(slab);
+  size_t size = size_t{1} << c;
+  for (size_t off = 0; off < kSlabSize; off += size) free_[c].push_back(slab + off);
+  return true;
 }
 
 size_t BufferPool::ClassOf(size_t size) {
@@ -27,6 +56,7 @@ uint8_t* BufferPool::Get(size_t size, size_t* capacity) {
     return p;
   }
   *capacity = size_t{1} << c;
+  if (free_[c].empty() && c >= kSlabClass && (size_t{1} << c) <= kSlabSize) CarveSlab(c);
   if (!free_[c].empty()) {
     uint8_t* p = free_[c].back();
     free_[c].pop_back();
@@ -40,6 +70,10 @@ uint8_t* BufferPool::Get(size_t size, size_t* capacity) {
 void BufferPool::Put(uint8_t* buf, size_t capacity) {
   if (!buf) return;
   size_t c = ClassOf(capacity);
+  if (c >= kSlabClass && c <= kMaxClass && FromSlab(buf)) {
+    free_[c].push_back(buf);  // slab memory stays with the pool
+    return;
+  }
   if (c > kMaxClass || (free_[c].size() + 1) * capacity > kIdleBytesPerClass) {
     std::free(buf);
     return;

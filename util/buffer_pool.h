@@ -2,6 +2,12 @@
 // classes, so a request costs no allocation (and a 1 MiB buffer no mmap
 // round trip) once the pool is warm.
 //
+// Buffers of 64 KiB and more are carved from 2 MiB-aligned slabs backed by
+// transparent huge pages: a block device with a 254-segment limit (virtio)
+// would otherwise split every 1 MiB request built from scattered 4 KiB
+// pages in two. Slabs are kept for the life of the thread, up to
+// kMaxSlabBytes; beyond that, buffers are ordinary allocations.
+//
 // Thread safety: none; use one pool per thread (BufferPool::ForThread()).
 #pragma once
 
@@ -18,6 +24,9 @@ class BufferPool {
   // Bytes kept idle per class at most, so a burst of large requests does
   // not pin memory forever.
   static constexpr size_t kIdleBytesPerClass = 16u << 20;
+  static constexpr size_t kSlabClass = 16;  // 64 KiB and up come from slabs
+  static constexpr size_t kSlabSize = 2u << 20;
+  static constexpr size_t kMaxSlabBytes = 256u << 20;
 
   ~BufferPool();
   // A buffer of at least `size` bytes; its capacity is the returned class size.
@@ -28,7 +37,12 @@ class BufferPool {
 
  private:
   static size_t ClassOf(size_t size);
+  // Cuts a new slab into buffers of class c; false when over kMaxSlabBytes.
+  bool CarveSlab(size_t c);
+  bool FromSlab(const uint8_t* p) const;
+
   std::vector<uint8_t*> free_[kMaxClass + 1];
+  std::vector<uint8_t*> slabs_;
 };
 
 }  // namespace ubcache

@@ -1,0 +1,50 @@
+#include "util/buffer_pool.h"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <set>
+
+using namespace ubcache;
+
+TEST_CASE("buffer pool hands out aligned buffers of at least the asked size") {
+  BufferPool pool;
+  for (size_t size : {1ul, 512ul, 4096ul, 5000ul, 65536ul, 1ul << 20, 3ul << 20}) {
+    size_t cap = 0;
+    uint8_t* p = pool.Get(size, &cap);
+    INFO(size);
+    CHECK(cap >= size);
+    CHECK(reinterpret_cast<uintptr_t>(p) % 4096 == 0);
+    std::memset(p, 0xab, size);  // writable over the whole size
+    pool.Put(p, cap);
+  }
+}
+
+TEST_CASE("buffer pool reuses a returned buffer of the same class") {
+  BufferPool pool;
+  size_t cap = 0;
+  uint8_t* a = pool.Get(4096, &cap);
+  pool.Put(a, cap);
+  size_t cap2 = 0;
+  uint8_t* b = pool.Get(3000, &cap2);
+  CHECK(a == b);
+  CHECK(cap2 == cap);
+  pool.Put(b, cap2);
+}
+
+TEST_CASE("large buffers are carved from 2 MiB-aligned slabs and never overlap") {
+  BufferPool pool;
+  std::set<uint8_t*> seen;
+  std::vector<std::pair<uint8_t*, size_t>> held;
+  for (int i = 0; i < 6; i++) {
+    size_t cap = 0;
+    uint8_t* p = pool.Get(1 << 20, &cap);
+    CHECK(cap == (1u << 20));
+    // A 1 MiB buffer from a slab starts on a 1 MiB boundary inside a 2 MiB-aligned slab.
+    CHECK(reinterpret_cast<uintptr_t>(p) % (1 << 20) == 0);
+    CHECK(seen.insert(p).second);
+    std::memset(p, i, cap);
+    held.push_back({p, cap});
+  }
+  for (auto [p, cap] : held) pool.Put(p, cap);
+}
