@@ -10,8 +10,9 @@ source "$(dirname "$0")/lib.sh"
 run_fio() {
   local label=$1; shift
   local json=$WORK/fio.${label//[^a-z0-9]/_}.json rc=0
-  timeout 400 fio --output-format=json --output="$json" --ioengine=nbd --uri="$(nbd_uri)" \
-    --group_reporting=0 "$@" 2>"$WORK/fio.stderr" || rc=$?
+  # In $WORK, without state files: fio would drop *-verify.state into the cwd.
+  (cd "$WORK" && timeout 400 fio --output-format=json --output="$json" --ioengine=nbd --uri="$(nbd_uri)" \
+    --verify_state_save=0 --group_reporting=0 "$@") 2>"$WORK/fio.stderr" || rc=$?
   [[ $rc -eq 0 ]] || fail "$label: fio exited $rc: $(tail -n 20 "$WORK/fio.stderr"; grep -m5 -i 'err\|verify' "$json" || true)"
   python3 - "$json" "$label" <<'EOF' || fail "$label: fio reported errors (above)"
 import json, sys

@@ -7,9 +7,9 @@ source "$(dirname "$0")/lib.sh"
 
 # --- SIGTERM while fio writes through 4 connections.
 start_server --backing mem:256M --nbd "unix:$SOCK"
-fio --ioengine=nbd --uri="$(nbd_uri)" --name=load --rw=randrw --bs=4k --bssplit=4k/50:64k/50 \
+(cd "$WORK" && exec fio --ioengine=nbd --uri="$(nbd_uri)" --verify_state_save=0 --name=load --rw=randrw --bs=4k --bssplit=4k/50:64k/50 \
   --iodepth=32 --numjobs=4 --size=64M --offset_increment=64M --time_based --runtime=60 \
-  --output="$WORK/fio.out" >/dev/null 2>&1 &
+  --output="$WORK/fio.out") >/dev/null 2>&1 &
 FIO_PID=$!
 on_exit "kill $FIO_PID"
 sleep 3
