@@ -1,0 +1,154 @@
+#include "cache/bucket_allocator.h"
+
+#include <algorithm>
+
+namespace ubcache {
+
+BucketAllocator::BucketAllocator(Options o) : o_(o) {
+  MutexLock l(&mu_);
+  buckets_.resize(o_.nbuckets);
+  writers_.resize(std::max(1u, o_.writers));
+  for (uint32_t b = 0; b < o_.nbuckets; b++) {
+    if (b < o_.first_bucket) {
+      buckets_[b].kind = Kind::kReserved;
+      counts_[static_cast<int>(Kind::kReserved)]++;
+    } else {
+      counts_[static_cast<int>(Kind::kFree)]++;
+    }
+  }
+  // Hand out low buckets first.
+  for (uint32_t b = o_.nbuckets; b-- > o_.first_bucket;) free_.push_back(b);
+}
+
+void BucketAllocator::SetPrioLocked(Bucket& b, uint16_t prio) {
+  if (b.kind == Kind::kData) prio_hist_[b.prio / 1024]--;
+  b.prio = prio;
+  if (b.kind == Kind::kData) prio_hist_[b.prio / 1024]++;
+}
+
+bool BucketAllocator::IsOpenLocked(uint32_t b) const {
+  for (const Writer& w : writers_)
+    if (w.bucket == b) return true;
+  return false;
+}
+
+bool BucketAllocator::ReclaimLocked(ReplacementPolicy policy) {
+  // Choose a data bucket to invalidate. A scan, but only when the free list
+  // is empty, and amortised over a whole bucket of allocations.
+  uint32_t victim = UINT32_MAX;
+  uint64_t best = UINT64_MAX;
+  uint32_t n = o_.nbuckets;
+  uint32_t start = policy == ReplacementPolicy::kRandom ? static_cast<uint32_t>(rng_() % n) : 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t b = (start + i) % n;
+    const Bucket& k = buckets_[b];
+    if (k.kind != Kind::kData || IsOpenLocked(b)) continue;
+    if (static_cast<uint8_t>(k.gen - k.gc_gen) >= kMaxGenLead) continue;  // needs GC first
+    uint64_t key = policy == ReplacementPolicy::kLru    ? k.prio
+                   : policy == ReplacementPolicy::kFifo ? k.filled_seq
+                                                        : 0;
+    if (key < best) {
+      best = key;
+      victim = b;
+      if (policy == ReplacementPolicy::kRandom) break;
+    }
+  }
+  if (victim == UINT32_MAX) return false;
+  Bucket& v = buckets_[victim];
+  prio_hist_[v.prio / 1024]--;
+  counts_[static_cast<int>(Kind::kData)]--;
+  counts_[static_cast<int>(Kind::kFree)]++;
+  v.kind = Kind::kFree;
+  v.gen++;  // every pointer into the bucket is stale from now on
+  free_.push_back(victim);
+  return true;
+}
+
+Result<uint32_t> BucketAllocator::TakeFreeLocked(bool metadata, ReplacementPolicy policy) {
+  // Data may not dig into the metadata reserve.
+  while (free_.size() <= (metadata ? 0 : o_.metadata_reserve)) {
+    if (!ReclaimLocked(policy)) return Status::NoSpace("cache: no bucket can be reclaimed");
+  }
+  uint32_t b = free_.back();
+  free_.pop_back();
+  counts_[static_cast<int>(Kind::kFree)]--;
+  return b;
+}
+
+Result<BucketAllocator::Space> BucketAllocator::Allocate(unsigned w, uint64_t len,
+                                                         ReplacementPolicy policy) {
+  if (len == 0 || len > o_.bucket_size) return Status::InvalidArgument("cache: bad allocation size");
+  MutexLock l(&mu_);
+  Writer& wr = writers_[w % writers_.size()];
+  if (wr.bucket == UINT32_MAX || wr.fill + len > o_.bucket_size) {
+    UB_ASSIGN_OR_RETURN(uint32_t b, TakeFreeLocked(false, policy));
+    Bucket& k = buckets_[b];
+    k.kind = Kind::kData;
+    counts_[static_cast<int>(Kind::kData)]++;
+    k.prio = kInitialPrio;
+    prio_hist_[k.prio / 1024]++;
+    k.filled_seq = ++fill_seq_;
+    wr.bucket = b;
+    wr.fill = 0;
+  }
+  Space s{uint64_t{wr.bucket} * o_.bucket_size + wr.fill, buckets_[wr.bucket].gen, wr.bucket};
+  wr.fill += len;
+  return s;
+}
+
+Result<BucketAllocator::Space> BucketAllocator::AllocateMetadata() {
+  MutexLock l(&mu_);
+  UB_ASSIGN_OR_RETURN(uint32_t b, TakeFreeLocked(true, ReplacementPolicy::kLru));
+  Bucket& k = buckets_[b];
+  k.kind = Kind::kMetadata;
+  counts_[static_cast<int>(Kind::kMetadata)]++;
+  return Space{uint64_t{b} * o_.bucket_size, k.gen, b};
+}
+
+void BucketAllocator::FreeMetadata(uint32_t bucket) {
+  MutexLock l(&mu_);
+  Bucket& k = buckets_[bucket];
+  if (k.kind != Kind::kMetadata) return;
+  k.kind = Kind::kFree;
+  k.gen++;
+  counts_[static_cast<int>(Kind::kMetadata)]--;
+  counts_[static_cast<int>(Kind::kFree)]++;
+  free_.push_back(bucket);
+}
+
+void BucketAllocator::Touch(uint32_t bucket) {
+  MutexLock l(&mu_);
+  if (bucket < buckets_.size() && buckets_[bucket].kind == Kind::kData)
+    SetPrioLocked(buckets_[bucket], kInitialPrio);
+}
+
+bool BucketAllocator::Valid(uint64_t cache_offset, uint8_t gen) const {
+  uint32_t b = BucketOf(cache_offset);
+  MutexLock l(&mu_);
+  return b < buckets_.size() && buckets_[b].kind == Kind::kData && buckets_[b].gen == gen;
+}
+
+void BucketAllocator::DecayPriorities() {
+  MutexLock l(&mu_);
+  for (Bucket& b : buckets_)
+    if (b.kind == Kind::kData && b.prio > 0) SetPrioLocked(b, static_cast<uint16_t>(b.prio - 1));
+}
+
+void BucketAllocator::MarkGcDone() {
+  MutexLock l(&mu_);
+  for (Bucket& b : buckets_) b.gc_gen = b.gen;
+}
+
+BucketAllocator::Usage BucketAllocator::usage() const {
+  MutexLock l(&mu_);
+  Usage u{};
+  u.buckets = o_.nbuckets;
+  u.free = counts_[static_cast<int>(Kind::kFree)];
+  u.data = counts_[static_cast<int>(Kind::kData)];
+  u.metadata = counts_[static_cast<int>(Kind::kMetadata)];
+  u.reserved = counts_[static_cast<int>(Kind::kReserved)];
+  std::copy(std::begin(prio_hist_), std::end(prio_hist_), u.prio_histogram);
+  return u;
+}
+
+}  // namespace ubcache

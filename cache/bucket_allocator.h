@@ -1,0 +1,111 @@
+// BucketAllocator: the cache device's space, in buckets (512 KiB by
+// default), as bcache manages it (alloc.c).
+//
+// Every bucket has an 8-bit generation. An extent in the index records the
+// generation of the bucket it was written to; reusing a bucket bumps the
+// generation, which makes every old pointer into it stale at once, with no
+// index walk (a stale pointer is a miss and reads go to the backing device).
+// Before a bucket's generation may wrap past pointers still in the index,
+// GC must have dropped them: Reclaim() refuses buckets whose generation ran
+// kMaxGenLead ahead of the last GC.
+//
+// Data is appended to an open bucket per writer (one per reactor thread, so
+// writers never share a fill pointer); Allocate() hands out the next run of
+// bytes. Priorities follow bcache: a bucket's priority is set high when it
+// is filled or hit and decays over time; with the lru policy the lowest
+// priority buckets are reclaimed first, with fifo the oldest filled, with
+// random any. A reserve of buckets is kept for metadata (btree nodes).
+//
+// Thread safety: all methods take mu_, held for a few instructions per call
+// (Allocate takes it only when an open bucket fills). A priority histogram
+// is kept incrementally so priority_stats can be read without a scan.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cache/knobs.h"
+#include "util/status.h"
+#include "util/thread_annotations.h"
+
+namespace ubcache {
+
+class BucketAllocator {
+ public:
+  static constexpr uint8_t kMaxGenLead = 96;  // bcache's BUCKET_GC_GEN_MAX
+  static constexpr uint16_t kInitialPrio = 32768;
+  static constexpr unsigned kPrioBins = 64;
+
+  enum class Kind : uint8_t { kFree, kData, kMetadata, kReserved };
+
+  struct Options {
+    uint64_t bucket_size = 512 << 10;
+    uint32_t first_bucket = 0;  // buckets below this hold superblock/journal
+    uint32_t nbuckets = 0;      // total, including the ones below first_bucket
+    uint32_t metadata_reserve = 8;
+    unsigned writers = 1;       // open buckets (one per reactor)
+  };
+
+  struct Space {
+    uint64_t cache_offset;  // bytes on the cache device
+    uint8_t gen;
+    uint32_t bucket;
+  };
+
+  explicit BucketAllocator(Options o);
+
+  // `len` bytes (<= bucket size) of data space for writer `w`; NoSpace
+  // when every bucket is in use and none can be reclaimed.
+  Result<Space> Allocate(unsigned w, uint64_t len, ReplacementPolicy policy) EXCLUDES(mu_);
+  // A whole bucket for metadata, from the reserve if need be.
+  Result<Space> AllocateMetadata() EXCLUDES(mu_);
+  void FreeMetadata(uint32_t bucket) EXCLUDES(mu_);
+
+  // A read hit: LRU priority goes back up.
+  void Touch(uint32_t bucket) EXCLUDES(mu_);
+  // Is a pointer with generation `gen` into the bucket at `cache_offset` still valid?
+  bool Valid(uint64_t cache_offset, uint8_t gen) const EXCLUDES(mu_);
+  uint32_t BucketOf(uint64_t cache_offset) const { return static_cast<uint32_t>(cache_offset / o_.bucket_size); }
+  // Ages every priority by one step (bcache's prio rescale); call periodically.
+  void DecayPriorities() EXCLUDES(mu_);
+  // GC has dropped every stale pointer: generations may run ahead again.
+  void MarkGcDone() EXCLUDES(mu_);
+
+  struct Usage {
+    uint64_t buckets, free, data, metadata, reserved;
+    uint64_t prio_histogram[kPrioBins];  // data buckets by priority / 1024
+  };
+  Usage usage() const EXCLUDES(mu_);
+  const Options& options() const { return o_; }
+
+ private:
+  struct Bucket {
+    uint8_t gen = 0;
+    uint8_t gc_gen = 0;  // gen at the last GC
+    Kind kind = Kind::kFree;
+    uint16_t prio = 0;
+    uint64_t filled_seq = 0;  // for fifo
+  };
+  struct Writer {
+    uint32_t bucket = UINT32_MAX;
+    uint64_t fill = 0;
+  };
+
+  Result<uint32_t> TakeFreeLocked(bool metadata, ReplacementPolicy policy) REQUIRES(mu_);
+  bool ReclaimLocked(ReplacementPolicy policy) REQUIRES(mu_);
+  void SetPrioLocked(Bucket& b, uint16_t prio) REQUIRES(mu_);
+  bool IsOpenLocked(uint32_t b) const REQUIRES(mu_);
+
+  const Options o_;
+  mutable Mutex mu_;
+  std::vector<Bucket> buckets_ GUARDED_BY(mu_);
+  std::vector<uint32_t> free_ GUARDED_BY(mu_);
+  std::vector<Writer> writers_ GUARDED_BY(mu_);
+  uint64_t fill_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t counts_[4] GUARDED_BY(mu_) = {};
+  uint64_t prio_hist_[kPrioBins] GUARDED_BY(mu_) = {};
+  std::mt19937_64 rng_ GUARDED_BY(mu_){42};
+};
+
+}  // namespace ubcache

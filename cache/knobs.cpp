@@ -1,0 +1,39 @@
+#include "cache/knobs.h"
+
+namespace ubcache {
+
+const char* CacheModeName(CacheMode m) {
+  switch (m) {
+    case CacheMode::kWritethrough: return "writethrough";
+    case CacheMode::kWriteback: return "writeback";
+    case CacheMode::kWritearound: return "writearound";
+    case CacheMode::kNone: return "none";
+  }
+  return "?";
+}
+
+Result<CacheMode> ParseCacheMode(std::string_view s) {
+  for (CacheMode m : {CacheMode::kWritethrough, CacheMode::kWriteback, CacheMode::kWritearound,
+                      CacheMode::kNone})
+    if (s == CacheModeName(m)) return m;
+  return Status::InvalidArgument("cache_mode: '" + std::string(s) +
+                                 "' (writethrough, writeback, writearound, none)");
+}
+
+const char* ReplacementPolicyName(ReplacementPolicy p) {
+  switch (p) {
+    case ReplacementPolicy::kLru: return "lru";
+    case ReplacementPolicy::kFifo: return "fifo";
+    case ReplacementPolicy::kRandom: return "random";
+  }
+  return "?";
+}
+
+Result<ReplacementPolicy> ParseReplacementPolicy(std::string_view s) {
+  for (ReplacementPolicy p : {ReplacementPolicy::kLru, ReplacementPolicy::kFifo, ReplacementPolicy::kRandom})
+    if (s == ReplacementPolicyName(p)) return p;
+  return Status::InvalidArgument("cache_replacement_policy: '" + std::string(s) +
+                                 "' (lru, fifo, random)");
+}
+
+}  // namespace ubcache

@@ -1,0 +1,37 @@
+// CacheKnobs: the tunables of a cached device and of its cache set, with
+// bcache's names and defaults (Documentation/admin-guide/bcache.rst), so a
+// bcache user finds the same knobs. Every field is atomic: the control
+// socket (or a serve flag) sets it, and the next request sees it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "util/status.h"
+
+namespace ubcache {
+
+enum class CacheMode : uint8_t { kWritethrough = 0, kWriteback = 1, kWritearound = 2, kNone = 3 };
+enum class ReplacementPolicy : uint8_t { kLru = 0, kFifo = 1, kRandom = 2 };
+
+const char* CacheModeName(CacheMode m);
+Result<CacheMode> ParseCacheMode(std::string_view s);
+const char* ReplacementPolicyName(ReplacementPolicy p);
+Result<ReplacementPolicy> ParseReplacementPolicy(std::string_view s);
+
+struct CacheKnobs {
+  std::atomic<CacheMode> cache_mode{CacheMode::kWritethrough};
+  std::atomic<uint64_t> sequential_cutoff{4u << 20};         // bytes; 0 disables
+  std::atomic<uint32_t> congested_read_threshold_us{2000};   // 0 disables
+  std::atomic<uint32_t> congested_write_threshold_us{20000};  // 0 disables
+  std::atomic<ReplacementPolicy> replacement{ReplacementPolicy::kLru};
+  std::atomic<uint32_t> writeback_percent{10};
+  std::atomic<uint32_t> writeback_delay{30};
+  std::atomic<bool> writeback_running{true};
+  std::atomic<uint32_t> cutoff_writeback{40};
+  std::atomic<uint32_t> cutoff_writeback_sync{70};
+};
+
+}  // namespace ubcache
