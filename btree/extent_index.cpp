@@ -1,0 +1,561 @@
+#include "btree/extent_index.h"
+
+#include <algorithm>
+#include <cassert>
+#include <string>
+
+#include "util/endian.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#define UB_ASSERT_CAPABILITY(x) UB_THREAD_ANNOTATION(assert_capability(x))
+
+namespace ubcache {
+namespace {
+
+constexpr uint32_t kRootMagic = 0x52494255;  // "UBIR"
+constexpr uint16_t kRootVersion = 1;
+constexpr unsigned kMaxShards = 4096;
+constexpr uint64_t kMaxStripe = uint64_t{1} << 30;  // an extent piece's len fits u32
+constexpr uint64_t kMaxOffset = uint64_t{1} << 62;  // keeps end + 1 from overflowing
+// InsertIfUnchanged tracks changes per 64 KiB chunk in a fixed hashed table.
+constexpr unsigned kChunkShift = 16;
+constexpr size_t kChunkSlots = 16384;
+constexpr size_t kForEachBatch = 1024;
+
+uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+size_t ChunkSlot(uint32_t dev, uint64_t chunk) {
+  return Mix(chunk * 0x100000001b3ULL ^ dev) & (kChunkSlots - 1);
+}
+
+// Tells the thread-safety analysis that a shard mutex taken by ShardLocks
+// (a runtime-sized set it cannot follow) is held.
+inline void AssertHeld(const Mutex& mu) UB_ASSERT_CAPABILITY(mu) {}
+
+Status CheckRange(uint32_t dev, uint64_t start, uint64_t len) {
+  if (len == 0 || start % kIndexBlock || len % kIndexBlock) {
+    return Status::InvalidArgument("extent index: range not in whole 4 KiB blocks");
+  }
+  if (start >= kMaxOffset || len > kMaxOffset - start) {
+    return Status::InvalidArgument("extent index: range beyond 2^62");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// IndexRoot encoding:
+//   0 u64 csum (XXH3-64 of [8, end))  8 u32 magic "UBIR"  12 u16 version
+//  14 u16 nshards  16 u32 node_size  20 u32 reserved  24 u64 stripe_bytes
+//  32 u64 journal_seq  40 u64 generation
+//  48 + 32*i: u64 root addr, u8 level, 7 bytes 0, u64 extents, u64 nodes
+
+std::vector<uint8_t> IndexRoot::Encode() const {
+  std::vector<uint8_t> out(EncodedSize(shards.size()), 0);
+  uint8_t* p = out.data();
+  StoreLE32(p + 8, kRootMagic);
+  StoreLE16(p + 12, kRootVersion);
+  StoreLE16(p + 14, static_cast<uint16_t>(shards.size()));
+  StoreLE32(p + 16, node_size);
+  StoreLE64(p + 24, stripe_bytes);
+  StoreLE64(p + 32, journal_seq);
+  StoreLE64(p + 40, generation);
+  for (size_t i = 0; i < shards.size(); i++) {
+    uint8_t* s = p + 48 + 32 * i;
+    StoreLE64(s, shards[i].addr);
+    s[8] = shards[i].level;
+    StoreLE64(s + 16, shards[i].extents);
+    StoreLE64(s + 24, shards[i].nodes);
+  }
+  StoreLE64(p, Hash64(p + 8, out.size() - 8));
+  return out;
+}
+
+Result<IndexRoot> IndexRoot::Decode(const uint8_t* p, size_t len) {
+  const char* err = nullptr;
+  size_t n = len >= 48 ? LoadLE16(p + 14) : 0;
+  if (len < 48) {
+    err = "short";
+  } else if (LoadLE32(p + 8) != kRootMagic) {
+    err = "bad magic";
+  } else if (LoadLE16(p + 12) != kRootVersion) {
+    err = "bad version";
+  } else if (n == 0 || n > kMaxShards || EncodedSize(n) > len) {
+    err = "bad shard count";
+  } else if (LoadLE64(p) != Hash64(p + 8, EncodedSize(n) - 8)) {
+    err = "bad csum";
+  }
+  if (err) return Status::Corruption(std::string("index root: ") + err);
+  IndexRoot r;
+  r.node_size = LoadLE32(p + 16);
+  r.stripe_bytes = LoadLE64(p + 24);
+  r.journal_seq = LoadLE64(p + 32);
+  r.generation = LoadLE64(p + 40);
+  if (r.node_size < kMinNodeSize || r.stripe_bytes < kIndexBlock || r.stripe_bytes > kMaxStripe ||
+      (r.stripe_bytes & (r.stripe_bytes - 1))) {
+    return Status::Corruption("index root: bad geometry");
+  }
+  r.shards.resize(n);
+  for (size_t i = 0; i < n; i++) {
+    const uint8_t* s = p + 48 + 32 * i;
+    r.shards[i].addr = LoadLE64(s);
+    r.shards[i].level = s[8];
+    r.shards[i].extents = LoadLE64(s + 16);
+    r.shards[i].nodes = LoadLE64(s + 24);
+    if (r.shards[i].level > kMaxLevel) return Status::Corruption("index root: bad level");
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Locks a set of shards in ascending index order, the one global order, so two
+// operations over overlapping sets cannot deadlock.
+class ExtentIndex::ShardLocks {
+ public:
+  ShardLocks(ExtentIndex* idx, std::vector<uint32_t> ids) NO_THREAD_SAFETY_ANALYSIS
+      : idx_(idx), ids_(std::move(ids)) {
+    for (uint32_t id : ids_) idx_->shards_[id]->mu.Lock();
+  }
+  ~ShardLocks() NO_THREAD_SAFETY_ANALYSIS {
+    for (auto it = ids_.rbegin(); it != ids_.rend(); ++it) idx_->shards_[*it]->mu.Unlock();
+  }
+  const std::vector<uint32_t>& ids() const { return ids_; }
+
+ private:
+  ExtentIndex* idx_;
+  std::vector<uint32_t> ids_;
+};
+
+ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe,
+                         uint64_t cache_bytes)
+    : store_(store),
+      stripe_(stripe),
+      cache_bytes_(cache_bytes),
+      chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]) {
+  for (size_t i = 0; i < kChunkSlots; i++) chunk_seq_[i].store(0, std::memory_order_relaxed);
+  for (uint32_t i = 0; i < nshards; i++) {
+    auto sh = std::make_unique<Shard>();
+    MutexLock l(&sh->mu);
+    sh->tree = std::make_unique<ExtentTree>(store, i, &sh->counters);
+    shards_.push_back(std::move(sh));
+  }
+}
+
+ExtentIndex::~ExtentIndex() = default;
+
+Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Create(NodeStore* store, Options o) {
+  if (store->node_size() < kMinNodeSize) {
+    return Status::InvalidArgument("extent index: node size below 512 bytes");
+  }
+  if (o.shards == 0 || o.shards > kMaxShards) {
+    return Status::InvalidArgument("extent index: shards must be 1..4096");
+  }
+  if (o.stripe_bytes < kIndexBlock || o.stripe_bytes > kMaxStripe ||
+      (o.stripe_bytes & (o.stripe_bytes - 1))) {
+    return Status::InvalidArgument("extent index: stripe must be a power of two, 4 KiB..1 GiB");
+  }
+  std::unique_ptr<ExtentIndex> idx(new ExtentIndex(store, o.shards, o.stripe_bytes, o.cache_bytes));
+  for (auto& sh : idx->shards_) {
+    MutexLock l(&sh->mu);
+    UB_RETURN_IF_ERROR(sh->tree->Init(ShardRoot{}));
+  }
+  return idx;
+}
+
+Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const IndexRoot& root,
+                                                       Options o) {
+  if (root.node_size != store->node_size()) {
+    return Status::InvalidArgument("extent index: root was written with node size " +
+                                   std::to_string(root.node_size) + ", store has " +
+                                   std::to_string(store->node_size()));
+  }
+  if (root.shards.empty() || root.shards.size() > kMaxShards || root.stripe_bytes < kIndexBlock ||
+      root.stripe_bytes > kMaxStripe || (root.stripe_bytes & (root.stripe_bytes - 1))) {
+    return Status::InvalidArgument("extent index: bad root geometry");
+  }
+  std::unique_ptr<ExtentIndex> idx(new ExtentIndex(
+      store, static_cast<uint32_t>(root.shards.size()), root.stripe_bytes, o.cache_bytes));
+  // The roots only; every other node loads when an operation reaches it.
+  for (size_t i = 0; i < root.shards.size(); i++) {
+    Shard* sh = idx->shards_[i].get();
+    MutexLock l(&sh->mu);
+    UB_RETURN_IF_ERROR(sh->tree->Init(root.shards[i]));
+  }
+
+  // Replay the entries after the checkpoint. Entries at or below its
+  // journal_seq are left from a crash between the superblock write and the
+  // trim: their ops are already in the tree. The first entry that fails to
+  // decode, or breaks the sequence, is the torn tail of a crash: stop there.
+  std::vector<uint8_t> all;
+  UB_RETURN_IF_ERROR(store->ReadJournal(&all));
+  size_t pos = 0;
+  uint64_t last = root.journal_seq;
+  std::vector<JournalOp> ops;
+  while (pos < all.size()) {
+    size_t len = 0;
+    uint64_t seq = 0;
+    Status st = DecodeJournalEntry(all.data() + pos, all.size() - pos, &len, &seq, &ops);
+    if (!st.ok()) {
+      UB_WARN("extent index: journal replay ends at byte {} of {}: {}", pos, all.size(),
+              st.message());
+      break;
+    }
+    if (seq <= root.journal_seq && last == root.journal_seq) {
+      pos += len;  // already in the checkpoint
+      continue;
+    }
+    if (seq != last + 1) {
+      UB_WARN("extent index: journal replay ends at byte {}: seq {} after {}", pos, seq, last);
+      break;
+    }
+    for (const JournalOp& op : ops) UB_RETURN_IF_ERROR(idx->ApplyJournalOp(op));
+    for (auto& sh : idx->shards_) {
+      MutexLock l(&sh->mu);
+      idx->EvictLocked(sh.get());
+    }
+    last = seq;
+    pos += len;
+  }
+  if (pos < all.size()) UB_RETURN_IF_ERROR(store->DiscardJournalTail(pos));
+  {
+    MutexLock l(&idx->commit_mu_);
+    idx->journal_seq_ = last;
+    idx->generation_ = root.generation;
+  }
+  idx->journal_bytes_ = pos;
+  for (auto& sh : idx->shards_) {
+    MutexLock l(&sh->mu);
+    UB_RETURN_IF_ERROR(sh->error);
+  }
+  return idx;
+}
+
+Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
+  const Extent& e = op.extent;
+  UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
+  if (op.type == JournalOp::Type::kInsert) {
+    if (e.start / stripe_ != (e.end() - 1) / stripe_) {
+      return Status::Corruption("journal: insert op crosses a stripe");
+    }
+    Shard* sh = shards_[ShardOf(e.dev, e.start)].get();
+    MutexLock l(&sh->mu);
+    return sh->tree->Replace(e.dev, e.start, e.end(), &e);
+  }
+  if (op.shard >= shards_.size()) return Status::Corruption("journal: bad shard");
+  Shard* sh = shards_[op.shard].get();
+  MutexLock l(&sh->mu);
+  return sh->tree->Replace(e.dev, e.start, e.end(), nullptr);
+}
+
+// ---------------------------------------------------------------------------
+// Sharding
+
+uint32_t ExtentIndex::ShardOf(uint32_t dev, uint64_t offset) const {
+  uint64_t stripe = offset / stripe_;
+  return static_cast<uint32_t>(Mix(stripe ^ (uint64_t{dev} << 44) ^ dev) % shards_.size());
+}
+
+std::vector<uint32_t> ExtentIndex::ShardsFor(uint32_t dev, uint64_t start, uint64_t end) const {
+  std::vector<uint32_t> ids;
+  uint64_t first = start / stripe_, last = (end - 1) / stripe_;
+  if (last - first + 1 >= shards_.size()) {
+    for (uint32_t i = 0; i < shards_.size(); i++) ids.push_back(i);
+    return ids;
+  }
+  for (uint64_t s = first; s <= last; s++) ids.push_back(ShardOf(dev, s * stripe_));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+uint64_t ExtentIndex::ShardBudget() const {
+  return cache_bytes_.load(std::memory_order_relaxed) / shards_.size();
+}
+
+void ExtentIndex::EvictLocked(Shard* sh) {
+  sh->tree->set_budget(ShardBudget());
+  Status st = sh->tree->Evict(ShardBudget());
+  if (!st.ok()) {
+    // The node stays resident and dirty; nothing is lost. Commit reports it.
+    UB_WARN("extent index: node write-back failed: {}", st.ToString());
+    if (sh->error.ok()) sh->error = st;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Change tracking for InsertIfUnchanged. A mutation takes its sequence number
+// and marks its chunks while holding the shards of its range; the check runs
+// under the same shard locks, so it sees every mutation that finished before.
+
+bool ExtentIndex::ChangedSince(uint32_t dev, uint64_t start, uint64_t end, uint64_t since) const {
+  uint64_t first = start >> kChunkShift, last = (end - 1) >> kChunkShift;
+  if (last - first >= kChunkSlots) {
+    for (size_t i = 0; i < kChunkSlots; i++) {
+      if (chunk_seq_[i].load() > since) return true;
+    }
+    return false;
+  }
+  for (uint64_t c = first; c <= last; c++) {
+    if (chunk_seq_[ChunkSlot(dev, c)].load() > since) return true;
+  }
+  return false;
+}
+
+void ExtentIndex::MarkChanged(uint32_t dev, uint64_t start, uint64_t end, uint64_t seq) {
+  auto mark = [&](size_t slot) {
+    // Max, not store: a colliding slot may be marked from another shard.
+    uint64_t cur = chunk_seq_[slot].load();
+    while (cur < seq && !chunk_seq_[slot].compare_exchange_weak(cur, seq)) {
+    }
+  };
+  uint64_t first = start >> kChunkShift, last = (end - 1) >> kChunkShift;
+  if (last - first >= kChunkSlots) {
+    for (size_t i = 0; i < kChunkSlots; i++) mark(i);
+    return;
+  }
+  for (uint64_t c = first; c <= last; c++) mark(ChunkSlot(dev, c));
+}
+
+uint64_t ExtentIndex::Sequence(uint32_t, uint64_t, uint64_t) { return seq_.load(); }
+
+// ---------------------------------------------------------------------------
+// Operations
+
+Status ExtentIndex::Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vector<Extent>* out) {
+  out->clear();
+  UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
+  ShardLocks locks(this, ShardsFor(dev, start, start + len));
+  Status st;
+  for (uint32_t id : locks.ids()) {
+    Shard* sh = shards_[id].get();
+    AssertHeld(sh->mu);
+    if (st.ok()) st = sh->tree->Lookup(dev, start, start + len, out);
+    EvictLocked(sh);
+  }
+  if (locks.ids().size() > 1) {
+    std::sort(out->begin(), out->end(),
+              [](const Extent& a, const Extent& b) { return a.start < b.start; });
+  }
+  return st;
+}
+
+Status ExtentIndex::Insert(const Extent& e) {
+  UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
+  return Mutate(e.dev, e.start, e.end(), &e, nullptr, nullptr);
+}
+
+Status ExtentIndex::Invalidate(uint32_t dev, uint64_t start, uint64_t len) {
+  UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
+  return Mutate(dev, start, start + len, nullptr, nullptr, nullptr);
+}
+
+Status ExtentIndex::InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted) {
+  UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
+  return Mutate(e.dev, e.start, e.end(), &e, &since, inserted);
+}
+
+Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
+                           const uint64_t* since, bool* inserted) {
+  ShardLocks locks(this, ShardsFor(dev, start, end));
+  if (since) {
+    *inserted = !ChangedSince(dev, start, end, *since);
+    if (!*inserted) return Status::OK();
+  }
+  MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
+  Status result;
+  if (insert) {
+    // One piece per stripe, each into its stripe's shard.
+    for (uint64_t s = start; s < end;) {
+      uint64_t e = std::min(end, (s / stripe_ + 1) * stripe_);
+      uint32_t id = ShardOf(dev, s);
+      Shard* sh = shards_[id].get();
+      AssertHeld(sh->mu);
+      Extent piece = *insert;
+      piece.start = s;
+      piece.len = e - s;
+      piece.cache_offset = insert->cache_offset + (s - insert->start);
+      Status st = sh->tree->Replace(dev, s, e, &piece);
+      // A piece that failed half way is journaled as an invalidate: the
+      // range may have lost its old extents, and the caller was told it is
+      // not cached.
+      if (st.ok()) {
+        AppendInsertOp(&sh->journal, piece);
+      } else {
+        AppendInvalidateOp(&sh->journal, id, dev, s, e);
+        if (result.ok()) result = st;
+      }
+      sh->journal_ops++;
+      s = e;
+    }
+  } else {
+    for (uint32_t id : locks.ids()) {
+      Shard* sh = shards_[id].get();
+      AssertHeld(sh->mu);
+      Status st = sh->tree->Replace(dev, start, end, nullptr);
+      AppendInvalidateOp(&sh->journal, id, dev, start, end);
+      sh->journal_ops++;
+      if (!st.ok() && result.ok()) result = st;
+    }
+  }
+  for (uint32_t id : locks.ids()) {
+    Shard* sh = shards_[id].get();
+    AssertHeld(sh->mu);
+    EvictLocked(sh);
+  }
+  if (inserted && !result.ok()) *inserted = false;
+  return result;
+}
+
+Status ExtentIndex::ForEach(const std::function<void(const Extent&)>& fn) {
+  std::vector<Extent> batch;
+  for (auto& shp : shards_) {
+    Shard* sh = shp.get();
+    ExtentKey from{0, 0};
+    for (;;) {
+      batch.clear();
+      bool done = false;
+      {
+        MutexLock l(&sh->mu);
+        Status st = sh->tree->Collect(from, kForEachBatch, &batch, &done);
+        EvictLocked(sh);
+        UB_RETURN_IF_ERROR(st);
+      }
+      for (const Extent& e : batch) fn(e);
+      if (done || batch.empty()) break;
+      from = {batch.back().dev, batch.back().end() + 1};
+    }
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Journal and checkpoint
+
+void ExtentIndex::ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken,
+                                   std::vector<uint32_t>* ops) {
+  // Put ops that did not reach the journal back in front of newer ones, so
+  // the shard's order is kept and the next Commit writes them.
+  for (size_t i = 0; i < shards_.size(); i++) {
+    if ((*ops)[i] == 0) continue;
+    Shard* sh = shards_[i].get();
+    MutexLock l(&sh->mu);
+    (*taken)[i].insert((*taken)[i].end(), sh->journal.begin(), sh->journal.end());
+    sh->journal.swap((*taken)[i]);
+    sh->journal_ops += (*ops)[i];
+  }
+}
+
+Status ExtentIndex::Commit() {
+  MutexLock c(&commit_mu_);
+  size_t n = shards_.size();
+  std::vector<std::vector<uint8_t>> taken(n);
+  std::vector<uint32_t> ops(n, 0);
+  uint64_t nops = 0;
+  Status sticky;
+  for (size_t i = 0; i < n; i++) {
+    Shard* sh = shards_[i].get();
+    MutexLock l(&sh->mu);
+    if (!sh->error.ok() && sticky.ok()) sticky = sh->error;
+    sh->error = Status::OK();
+    taken[i].swap(sh->journal);
+    ops[i] = sh->journal_ops;
+    sh->journal_ops = 0;
+    nops += ops[i];
+  }
+  if (nops == 0) return sticky;
+  std::vector<uint8_t> payload;
+  for (auto& t : taken) payload.insert(payload.end(), t.begin(), t.end());
+  if (payload.size() > UINT32_MAX || nops > UINT32_MAX) {
+    ReturnPendingOps(&taken, &ops);
+    return Status::Overflow("extent index: more than 4 GiB of uncommitted ops");
+  }
+  std::vector<uint8_t> entry =
+      EncodeJournalEntry(journal_seq_ + 1, static_cast<uint32_t>(nops), payload);
+  Status st = store_->AppendJournal(entry.data(), entry.size());
+  if (!st.ok()) {
+    ReturnPendingOps(&taken, &ops);
+    return st;
+  }
+  journal_seq_++;
+  journal_bytes_ += entry.size();
+  return sticky;
+}
+
+Result<IndexRoot> ExtentIndex::Checkpoint(const PersistRootFn& persist) {
+  // Holding commit_mu_ keeps Commit out: everything in the journal now is
+  // older than every shard's snapshot, so trimming it loses nothing, and
+  // ops after a shard's snapshot stay pending for the next Commit.
+  MutexLock c(&commit_mu_);
+  size_t n = shards_.size();
+  IndexRoot root;
+  root.node_size = store_->node_size();
+  root.stripe_bytes = stripe_;
+  root.shards.resize(n);
+  std::vector<std::vector<uint8_t>> taken(n);
+  std::vector<uint32_t> ops(n, 0);
+  std::vector<uint64_t> release;
+  Status st;
+  for (size_t i = 0; i < n && st.ok(); i++) {
+    Shard* sh = shards_[i].get();
+    MutexLock l(&sh->mu);
+    st = sh->tree->Flush(&root.shards[i]);
+    if (!st.ok()) break;
+    // This shard's pending ops are in the snapshot; its superseded nodes
+    // become free once the snapshot's root is durable.
+    taken[i].swap(sh->journal);
+    ops[i] = sh->journal_ops;
+    sh->journal_ops = 0;
+    std::vector<uint64_t> freed = sh->tree->CheckpointTaken();
+    release.insert(release.end(), freed.begin(), freed.end());
+    EvictLocked(sh);
+  }
+  root.journal_seq = journal_seq_;
+  root.generation = generation_ + 1;
+  if (st.ok() && persist) st = persist(root);
+  if (!st.ok()) {
+    ReturnPendingOps(&taken, &ops);
+    release_.insert(release_.end(), release.begin(), release.end());
+    return st;
+  }
+  generation_++;
+  // After the root is durable. If the trim fails the old entries stay, and
+  // replay skips them by sequence number.
+  st = store_->TrimJournal();
+  if (st.ok()) journal_bytes_ = 0;
+  if (persist) {
+    release_.insert(release_.end(), release.begin(), release.end());
+    for (uint64_t a : release_) store_->FreeNode(a);
+    release_.clear();
+  } else {
+    for (uint64_t a : release_) store_->FreeNode(a);
+    release_ = std::move(release);
+  }
+  if (!st.ok()) return st;
+  return root;
+}
+
+ExtentIndex::Stats ExtentIndex::stats() const {
+  Stats s{};
+  for (const auto& sh : shards_) {
+    const TreeCounters& c = sh->counters;
+    s.extents += c.extents.load(std::memory_order_relaxed);
+    s.nodes += c.nodes.load(std::memory_order_relaxed);
+    s.cached_nodes += c.cached_nodes.load(std::memory_order_relaxed);
+    s.cached_bytes += c.cached_bytes.load(std::memory_order_relaxed);
+    s.node_reads += c.node_reads.load(std::memory_order_relaxed);
+    s.node_writes += c.node_writes.load(std::memory_order_relaxed);
+  }
+  s.journal_bytes = journal_bytes_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void ExtentIndex::SetCacheBytes(uint64_t bytes) { cache_bytes_.store(bytes); }
+
+}  // namespace ubcache

@@ -1,0 +1,161 @@
+// ExtentIndex: the cache's map from ranges of backing devices to where their
+// data lives on the cache device — a sharded B+tree of extents with a
+// journal, whose nodes live in a NodeStore and are cached in bounded memory.
+//
+// Shape. The key space is cut into stripes of `stripe_bytes` (1 MiB) of
+// backing offset; each stripe of each device hashes to one of `shards`
+// independent trees (ExtentTree), each with its own mutex, node cache slice
+// and pending journal ops. Extents are split at stripe boundaries, so every
+// stored extent lies within one stripe and one shard. An operation locks the
+// shards its range touches, in index order (no deadlock); a request of at
+// most one stripe takes one or two shard locks, and nothing on the hot path
+// takes a lock across the whole index.
+//
+// Threads. Every public method may be called from any thread, concurrently.
+// Lookup/Insert/Invalidate/InsertIfUnchanged lock their shards; Commit and
+// Checkpoint hold the commit mutex and visit shards one at a time (each shard
+// lock is held only to swap its pending ops out, or, in Checkpoint, to write
+// that shard's dirty nodes). stats() takes no lock.
+//
+// Durability. Every mutation is applied in memory and appended to its shard's
+// pending journal ops; Commit() writes all pending ops as one checksummed,
+// sequence-numbered journal entry. Checkpoint() writes every dirty node
+// (copy-on-write, see extent_tree.h) and yields an IndexRoot for the cache
+// superblock. After a crash, Open(last durable root) reads the roots and
+// replays the journal entries after the root's journal_seq: the result is
+// exactly the state as of the last Commit (or Checkpoint). Replay stops at
+// the first torn or corrupt entry, which is the crash tail.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "btree/extent.h"
+#include "btree/extent_tree.h"
+#include "btree/journal_format.h"
+#include "btree/node_store.h"
+#include "util/status.h"
+#include "util/thread_annotations.h"
+
+namespace ubcache {
+
+// What the cache superblock stores to find the index again. Encoded with
+// Encode() (explicit little-endian, checksummed; grammar in doc/format.md).
+struct IndexRoot {
+  uint32_t node_size = 0;
+  uint64_t stripe_bytes = 0;
+  uint64_t journal_seq = 0;  // last journal entry the checkpoint contains
+  uint64_t generation = 0;   // checkpoints taken so far
+  std::vector<ShardRoot> shards;
+
+  static size_t EncodedSize(size_t nshards) { return 48 + 32 * nshards; }
+  std::vector<uint8_t> Encode() const;
+  // Errors: Corruption("index root: <check>") — short, bad magic, bad
+  // version, bad shard count, bad csum, bad geometry, bad level.
+  static Result<IndexRoot> Decode(const uint8_t* data, size_t len);
+};
+
+class ExtentIndex {
+ public:
+  struct Options {
+    uint64_t cache_bytes = 64 << 20;  // btree_cache_size: decoded nodes in memory
+    unsigned shards = 16;             // Create only; Open takes the root's
+    uint64_t stripe_bytes = 1 << 20;  // Create only; a power of two, 4 KiB .. 1 GiB
+  };
+  // Called by Checkpoint with the new root once every node is written, before
+  // the journal is trimmed and superseded nodes are freed: it must make the
+  // root durable (the cache superblock write, FUA).
+  using PersistRootFn = std::function<Status(const IndexRoot&)>;
+
+  static Result<std::unique_ptr<ExtentIndex>> Create(NodeStore* store, Options options);
+  static Result<std::unique_ptr<ExtentIndex>> Open(NodeStore* store, const IndexRoot& root,
+                                                   Options options);
+  // Writes nothing: destroying an index without Checkpoint is a crash.
+  ~ExtentIndex();
+
+  // All extents of dev overlapping [start, start+len), clipped to that range,
+  // in order of start. A clipped extent's cache_offset is advanced to match.
+  Status Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vector<Extent>* out);
+  // Inserts e, trimming or splitting whatever it overlaps.
+  Status Insert(const Extent& e);
+  // Removes [start, start+len) of dev, splitting extents at the edges.
+  Status Invalidate(uint32_t dev, uint64_t start, uint64_t len);
+
+  // Read-miss protocol: since = Sequence(range) BEFORE reading the backing
+  // device; then InsertIfUnchanged(e, since) inserts only if no Insert or
+  // Invalidate touched the range after Sequence() returned (else *inserted
+  // = false: a cache_miss_collision). Change tracking is per 64 KiB chunk,
+  // hashed into a fixed table, so unrelated writes can cause a false
+  // collision (the data is then just not cached), never a missed one.
+  uint64_t Sequence(uint32_t dev, uint64_t start, uint64_t len);
+  Status InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted);
+
+  // Makes every Insert/Invalidate that returned before this call durable:
+  // one journal append for all of them (concurrent callers batch).
+  Status Commit();
+  // Writes dirty nodes and returns the root to store in the superblock.
+  // With `persist`, it is called with the root before the journal is trimmed,
+  // and superseded nodes are freed only after it succeeds: crash-safe at
+  // every point. Without it, the journal is trimmed before returning and the
+  // caller stores the root; a crash in that window loses the commits since
+  // the previous checkpoint, so the cache layer passes `persist`. (Superseded
+  // nodes are then freed one checkpoint later, so the previous root stays
+  // readable until the caller has stored this one.)
+  Result<IndexRoot> Checkpoint(const PersistRootFn& persist = nullptr);
+
+  // Calls fn for every extent, a batch at a time (bounded memory, no lock
+  // held while fn runs, so fn may call back into the index). Order: shard by
+  // shard, by key within a shard. Concurrent changes may or may not be seen.
+  Status ForEach(const std::function<void(const Extent&)>& fn);
+
+  struct Stats {
+    uint64_t extents, nodes, cached_nodes, cached_bytes, node_reads, node_writes, journal_bytes;
+  };
+  Stats stats() const;  // lock-free, O(shards)
+  void SetCacheBytes(uint64_t bytes);
+  unsigned shard_count() const { return static_cast<unsigned>(shards_.size()); }
+  uint64_t stripe_bytes() const { return stripe_; }
+
+ private:
+  struct Shard {
+    Mutex mu;
+    TreeCounters counters;
+    std::unique_ptr<ExtentTree> tree GUARDED_BY(mu);
+    std::vector<uint8_t> journal GUARDED_BY(mu);  // encoded ops since the last Commit
+    uint32_t journal_ops GUARDED_BY(mu) = 0;
+    Status error GUARDED_BY(mu);  // a failed eviction write, reported by Commit
+  };
+  class ShardLocks;
+
+  ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, uint64_t cache_bytes);
+  uint32_t ShardOf(uint32_t dev, uint64_t offset) const;
+  std::vector<uint32_t> ShardsFor(uint32_t dev, uint64_t start, uint64_t end) const;
+  Status Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
+                const uint64_t* since, bool* inserted);
+  bool ChangedSince(uint32_t dev, uint64_t start, uint64_t end, uint64_t since) const;
+  void MarkChanged(uint32_t dev, uint64_t start, uint64_t end, uint64_t seq);
+  Status ApplyJournalOp(const JournalOp& op);
+  void EvictLocked(Shard* sh) REQUIRES(sh->mu);
+  uint64_t ShardBudget() const;
+  void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);
+
+  NodeStore* const store_;
+  const uint64_t stripe_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> cache_bytes_;
+  std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged
+  std::unique_ptr<std::atomic<uint64_t>[]> chunk_seq_;  // last mutation per chunk slot
+  std::atomic<uint64_t> journal_bytes_{0};
+
+  Mutex commit_mu_;  // taken before any shard mutex
+  uint64_t journal_seq_ GUARDED_BY(commit_mu_) = 0;
+  uint64_t generation_ GUARDED_BY(commit_mu_) = 0;
+  // Superseded node addresses a stored root may still reach: freed after the
+  // next checkpoint.
+  std::vector<uint64_t> release_ GUARDED_BY(commit_mu_);
+};
+
+}  // namespace ubcache

@@ -1,0 +1,564 @@
+#include "btree/extent_tree.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace ubcache {
+namespace {
+
+// Below this fill a node tries to merge with a sibling; a merge happens only
+// if the result is at most kMergeMax full, so a merge is not undone by the
+// next insert.
+constexpr size_t kMinFillDiv = 4;     // 1/4
+constexpr size_t kMergeMaxNum = 3;    // 3/4
+constexpr size_t kMergeMaxDen = 4;
+// Range operations work in batches so a huge invalidate never holds more
+// than a few leaves resident at once.
+constexpr size_t kBatch = 256;
+
+bool KeyLess(const Extent& e, ExtentKey k) { return KeyOf(e) < k; }
+
+}  // namespace
+
+ExtentTree::ExtentTree(NodeStore* store, uint32_t shard, TreeCounters* counters)
+    : store_(store),
+      shard_(shard),
+      node_size_(store->node_size()),
+      leaf_cap_(LeafCapacity(store->node_size())),
+      internal_cap_(InternalCapacity(store->node_size())),
+      counters_(counters),
+      buf_(store->node_size()) {}
+
+ExtentTree::~ExtentTree() {
+  // Tear down without writing anything: a destroyed index is a crashed one
+  // unless it was checkpointed. Iteratively, so deep trees don't recurse.
+  counters_->cached_nodes = 0;
+  counters_->cached_bytes = 0;
+}
+
+Status ExtentTree::Init(const ShardRoot& root) {
+  if (root.addr == kNoNode) {
+    root_ = std::make_unique<Node>();
+    root_->dirty = true;
+    dirty_ = 1;
+    counters_->extents = 0;
+    counters_->nodes = 1;
+  } else {
+    UB_ASSIGN_OR_RETURN(root_, ReadNode(root.addr, root.level));
+    counters_->extents = root.extents;
+    counters_->nodes = root.nodes;
+  }
+  counters_->cached_nodes = 1;
+  Charge(root_.get());
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Node cache
+
+Result<std::unique_ptr<ExtentTree::Node>> ExtentTree::ReadNode(uint64_t addr, int level) {
+  UB_RETURN_IF_ERROR(store_->ReadNode(addr, buf_.data()));
+  counters_->node_reads++;
+  DecodedNode d;
+  UB_RETURN_IF_ERROR(DecodeNode(buf_.data(), node_size_, {addr, shard_, level}, &d));
+  auto n = std::make_unique<Node>();
+  n->addr = addr;
+  n->level = d.level;
+  if (d.level == 0) {
+    n->ext = std::move(d.extents);
+  } else {
+    n->kids.reserve(d.children.size());
+    for (const NodeChildRef& c : d.children) n->kids.push_back(Child{c.key, c.addr, nullptr});
+  }
+  return n;
+}
+
+Result<ExtentTree::Node*> ExtentTree::LoadChild(Node* parent, size_t i) {
+  Child& c = parent->kids[i];
+  if (c.node) {
+    LruTouch(c.node.get());
+    return c.node.get();
+  }
+  UB_ASSIGN_OR_RETURN(c.node, ReadNode(c.addr, parent->level - 1));
+  Node* n = c.node.get();
+  n->parent = parent;
+  parent->resident_children++;
+  counters_->cached_nodes++;
+  Charge(n);
+  LruTouch(n);
+  return n;
+}
+
+void ExtentTree::Charge(Node* n) {
+  size_t bytes = sizeof(Node) + n->ext.capacity() * sizeof(Extent) +
+                 n->kids.capacity() * sizeof(Child);
+  counters_->cached_bytes += bytes - n->charged;  // unsigned wrap is fine
+  n->charged = bytes;
+}
+
+void ExtentTree::LruTouch(Node* n) {
+  if (n == root_.get()) return;  // the root is always resident
+  if (n->in_lru) {
+    if (lru_head_ == n) return;
+    LruRemove(n);
+  }
+  n->lru_prev = nullptr;
+  n->lru_next = lru_head_;
+  if (lru_head_) lru_head_->lru_prev = n;
+  lru_head_ = n;
+  if (!lru_tail_) lru_tail_ = n;
+  n->in_lru = true;
+}
+
+void ExtentTree::LruRemove(Node* n) {
+  if (!n->in_lru) return;
+  (n->lru_prev ? n->lru_prev->lru_next : lru_head_) = n->lru_next;
+  (n->lru_next ? n->lru_next->lru_prev : lru_tail_) = n->lru_prev;
+  n->lru_prev = n->lru_next = nullptr;
+  n->in_lru = false;
+}
+
+// Forgets a resident node's memory accounting before it is destroyed or
+// handed elsewhere. Its resident children must already be gone or moved.
+void ExtentTree::DropResident(Node* n) {
+  LruRemove(n);
+  counters_->cached_bytes -= n->charged;
+  n->charged = 0;
+  counters_->cached_nodes--;
+  if (n->dirty) dirty_--;
+  n->dirty = false;
+}
+
+void ExtentTree::MarkDirty(Node* n) {
+  if (!n->dirty) {
+    n->dirty = true;
+    dirty_++;
+  }
+}
+
+uint64_t ExtentTree::dirty_nodes() const { return dirty_; }
+
+size_t ExtentTree::IndexInParent(const Node* n) const {
+  const Node* p = n->parent;
+  for (size_t i = 0; i < p->kids.size(); i++) {
+    if (p->kids[i].node.get() == n) return i;
+  }
+  assert(false && "node not found in its parent");
+  return 0;
+}
+
+void ExtentTree::FreeAddr(uint64_t addr) {
+  if (addr == kNoNode) return;
+  if (fresh_.erase(addr)) {
+    store_->FreeNode(addr);  // no durable root reaches it
+  } else {
+    deferred_free_.push_back(addr);  // the last checkpoint's tree may
+  }
+}
+
+Status ExtentTree::WriteBack(Node* n) {
+  // Copy-on-write unless no durable root can reach the current address.
+  uint64_t old = n->addr;
+  bool cow = old == kNoNode || !fresh_.count(old);
+  uint64_t addr = old;
+  if (cow) {
+    UB_ASSIGN_OR_RETURN(addr, store_->AllocNode());
+  }
+  ++write_seq_;
+  if (n->level == 0) {
+    EncodeLeafNode(buf_.data(), node_size_, shard_, write_seq_, addr, n->ext);
+  } else {
+    std::vector<NodeChildRef> refs;
+    refs.reserve(n->kids.size());
+    for (const Child& c : n->kids) {
+      assert(c.addr != kNoNode && "children are written before their parent");
+      refs.push_back({c.key, c.addr});
+    }
+    EncodeInternalNode(buf_.data(), node_size_, n->level, shard_, write_seq_, addr, refs);
+  }
+  Status st = store_->WriteNode(addr, buf_.data());
+  if (!st.ok()) {
+    if (cow) store_->FreeNode(addr);  // nobody references it
+    return st;
+  }
+  counters_->node_writes++;
+  if (cow) {
+    fresh_.insert(addr);
+    FreeAddr(old);
+    n->addr = addr;
+    if (n->parent) {
+      n->parent->kids[IndexInParent(n)].addr = addr;
+      MarkDirty(n->parent);
+    }
+  }
+  n->dirty = false;
+  dirty_--;
+  return Status::OK();
+}
+
+Status ExtentTree::Evict(uint64_t budget) {
+  while (counters_->cached_bytes > budget) {
+    // The coldest node with no resident children; internal nodes stay until
+    // their children have gone.
+    Node* victim = lru_tail_;
+    while (victim && victim->resident_children > 0) victim = victim->lru_prev;
+    if (!victim) break;
+    if (victim->dirty) UB_RETURN_IF_ERROR(WriteBack(victim));
+    Node* p = victim->parent;
+    size_t i = IndexInParent(victim);
+    DropResident(victim);
+    p->kids[i].node.reset();
+    p->resident_children--;
+  }
+  return Status::OK();
+}
+
+Status ExtentTree::FlushSubtree(Node* n) {
+  if (n->level > 0 && n->resident_children > 0) {
+    for (Child& c : n->kids) {
+      if (c.node) UB_RETURN_IF_ERROR(FlushSubtree(c.node.get()));
+    }
+  }
+  if (n->dirty) UB_RETURN_IF_ERROR(WriteBack(n));
+  return Status::OK();
+}
+
+Status ExtentTree::Flush(ShardRoot* root) {
+  UB_RETURN_IF_ERROR(FlushSubtree(root_.get()));
+  root->addr = root_->addr;
+  root->level = root_->level;
+  root->extents = counters_->extents;
+  root->nodes = counters_->nodes;
+  return Status::OK();
+}
+
+std::vector<uint64_t> ExtentTree::CheckpointTaken() {
+  fresh_.clear();
+  std::vector<uint64_t> out;
+  out.swap(deferred_free_);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Search
+
+size_t ExtentTree::ChildIndex(const Node* n, ExtentKey k) {
+  // The last child whose lowest key <= k; child 0 takes everything below.
+  auto it = std::upper_bound(n->kids.begin() + 1, n->kids.end(), k,
+                             [](ExtentKey key, const Child& c) { return key < c.key; });
+  return static_cast<size_t>(it - n->kids.begin()) - 1;
+}
+
+Status ExtentTree::SeekGE(ExtentKey k, Cursor* c) {
+  c->nodes.clear();
+  c->idx.clear();
+  c->end = false;
+  Node* n = root_.get();
+  while (n->level > 0) {
+    size_t i = ChildIndex(n, k);
+    c->nodes.push_back(n);
+    c->idx.push_back(i);
+    UB_ASSIGN_OR_RETURN(n, LoadChild(n, i));
+  }
+  size_t pos = std::lower_bound(n->ext.begin(), n->ext.end(), k, KeyLess) - n->ext.begin();
+  c->nodes.push_back(n);
+  c->idx.push_back(pos);
+  if (pos == n->ext.size()) return NextLeaf(c);
+  return Status::OK();
+}
+
+Status ExtentTree::NextLeaf(Cursor* c) {
+  c->nodes.pop_back();
+  c->idx.pop_back();
+  while (!c->nodes.empty()) {
+    Node* n = c->nodes.back();
+    size_t& i = c->idx.back();
+    if (i + 1 < n->kids.size()) {
+      ++i;
+      UB_ASSIGN_OR_RETURN(Node * child, LoadChild(n, i));
+      while (child->level > 0) {
+        c->nodes.push_back(child);
+        c->idx.push_back(0);
+        UB_ASSIGN_OR_RETURN(child, LoadChild(child, 0));
+      }
+      c->nodes.push_back(child);
+      c->idx.push_back(0);
+      if (!child->ext.empty()) return Status::OK();
+      c->nodes.pop_back();  // an empty leaf (only transiently): keep going
+      c->idx.pop_back();
+      continue;
+    }
+    c->nodes.pop_back();
+    c->idx.pop_back();
+  }
+  c->end = true;
+  return Status::OK();
+}
+
+Status ExtentTree::Next(Cursor* c) {
+  if (++c->idx.back() < c->nodes.back()->ext.size()) return Status::OK();
+  return NextLeaf(c);
+}
+
+Status ExtentTree::Lookup(uint32_t dev, uint64_t start, uint64_t end, std::vector<Extent>* out) {
+  Cursor c;
+  UB_RETURN_IF_ERROR(SeekGE({dev, start + 1}, &c));  // first extent ending after start
+  while (!c.end) {
+    const Extent& x = Cur(c);
+    if (x.dev != dev || x.start >= end) break;
+    Extent clipped = x;
+    clipped.start = std::max(x.start, start);
+    clipped.len = std::min(x.end(), end) - clipped.start;
+    clipped.cache_offset = x.cache_offset + (clipped.start - x.start);
+    out->push_back(clipped);
+    UB_RETURN_IF_ERROR(Next(&c));
+  }
+  return Status::OK();
+}
+
+Status ExtentTree::Collect(ExtentKey from, size_t max, std::vector<Extent>* out, bool* done) {
+  Cursor c;
+  UB_RETURN_IF_ERROR(SeekGE(from, &c));
+  while (!c.end && out->size() < max) {
+    out->push_back(Cur(c));
+    UB_RETURN_IF_ERROR(Next(&c));
+  }
+  *done = c.end;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Mutation. Each primitive descends from the root by key; the nodes on the
+// way were made resident by the batch's read phase, so a mutation reads
+// nothing (only an optional merge may), and a failed read leaves the tree
+// untouched.
+
+Result<ExtentTree::Node*> ExtentTree::DescendToLeaf(ExtentKey k) {
+  Node* n = root_.get();
+  while (n->level > 0) {
+    UB_ASSIGN_OR_RETURN(n, LoadChild(n, ChildIndex(n, k)));
+  }
+  return n;
+}
+
+Status ExtentTree::InsertExtent(const Extent& e) {
+  UB_ASSIGN_OR_RETURN(Node * leaf, DescendToLeaf(KeyOf(e)));
+  auto it = std::lower_bound(leaf->ext.begin(), leaf->ext.end(), KeyOf(e), KeyLess);
+  assert(it == leaf->ext.end() || KeyOf(*it) != KeyOf(e));
+  leaf->ext.insert(it, e);
+  counters_->extents++;
+  MarkDirty(leaf);
+  Charge(leaf);
+  if (leaf->ext.size() > leaf_cap_) Split(leaf);
+  return Status::OK();
+}
+
+Status ExtentTree::UpdateInPlace(const Extent& e) {
+  UB_ASSIGN_OR_RETURN(Node * leaf, DescendToLeaf(KeyOf(e)));
+  auto it = std::lower_bound(leaf->ext.begin(), leaf->ext.end(), KeyOf(e), KeyLess);
+  assert(it != leaf->ext.end() && KeyOf(*it) == KeyOf(e));
+  *it = e;
+  MarkDirty(leaf);
+  return Status::OK();
+}
+
+Status ExtentTree::DeleteKey(ExtentKey k) {
+  UB_ASSIGN_OR_RETURN(Node * leaf, DescendToLeaf(k));
+  auto it = std::lower_bound(leaf->ext.begin(), leaf->ext.end(), k, KeyLess);
+  assert(it != leaf->ext.end() && KeyOf(*it) == k);
+  leaf->ext.erase(it);
+  counters_->extents--;
+  MarkDirty(leaf);
+  Rebalance(leaf);
+  return Status::OK();
+}
+
+void ExtentTree::Split(Node* n) {
+  auto right = std::make_unique<Node>();
+  right->level = n->level;
+  ExtentKey sep;
+  size_t count = n->count();
+  // Appending at the right end (a sequential fill) leaves the left node
+  // nearly full instead of half full.
+  size_t mid = count / 2;
+  if (n->level == 0) {
+    right->ext.assign(n->ext.begin() + mid, n->ext.end());
+    n->ext.resize(mid);
+    sep = KeyOf(right->ext.front());
+  } else {
+    for (size_t i = mid; i < count; i++) {
+      Child& c = n->kids[i];
+      if (c.node) {
+        c.node->parent = right.get();
+        n->resident_children--;
+        right->resident_children++;
+      }
+      right->kids.push_back(std::move(c));
+    }
+    n->kids.resize(mid);
+    sep = right->kids.front().key;
+  }
+  counters_->nodes++;
+  counters_->cached_nodes++;
+  MarkDirty(n);
+  MarkDirty(right.get());
+  Node* r = right.get();
+  Charge(n);
+  Charge(r);
+
+  if (n == root_.get()) {
+    // The tree grows a level: a new root over the old root and its sibling.
+    auto root = std::make_unique<Node>();
+    root->level = n->level + 1;
+    ExtentKey low{0, 0};
+    root->kids.push_back(Child{low, n->addr, std::move(root_)});
+    root->kids.push_back(Child{sep, kNoNode, std::move(right)});
+    n->parent = r->parent = root.get();
+    root->resident_children = 2;
+    root_ = std::move(root);
+    counters_->nodes++;
+    counters_->cached_nodes++;
+    MarkDirty(root_.get());
+    Charge(root_.get());
+    LruTouch(n);
+    LruTouch(r);
+    return;
+  }
+  Node* p = n->parent;
+  size_t i = IndexInParent(n);
+  r->parent = p;
+  p->kids.insert(p->kids.begin() + i + 1, Child{sep, kNoNode, std::move(right)});
+  p->resident_children++;
+  LruTouch(r);
+  MarkDirty(p);
+  Charge(p);
+  if (p->kids.size() > internal_cap_) Split(p);
+}
+
+// Removes child i of p (resident or not) and frees its address.
+void ExtentTree::RemoveChild(Node* p, size_t i) {
+  Child& c = p->kids[i];
+  FreeAddr(c.addr);
+  if (c.node) {
+    assert(c.node->resident_children == 0);
+    DropResident(c.node.get());
+    p->resident_children--;
+  }
+  p->kids.erase(p->kids.begin() + i);
+  counters_->nodes--;
+  MarkDirty(p);
+}
+
+void ExtentTree::Rebalance(Node* n) {
+  if (n == root_.get()) {
+    // A root with one child hands the root over to it: the tree shrinks.
+    while (root_->level > 0 && root_->kids.size() == 1) {
+      auto child = LoadChild(root_.get(), 0);
+      if (!child.ok()) return;  // keep the taller tree; still correct
+      std::unique_ptr<Node> old = std::move(root_);
+      root_ = std::move(old->kids[0].node);
+      root_->parent = nullptr;
+      LruRemove(root_.get());
+      FreeAddr(old->addr);
+      old->kids.clear();
+      old->resident_children = 0;
+      DropResident(old.get());
+      counters_->nodes--;
+    }
+    if (root_->level > 0 && root_->kids.empty()) {
+      // Only after a failed collapse above: restart from an empty leaf.
+      FreeAddr(root_->addr);
+      DropResident(root_.get());
+      root_ = std::make_unique<Node>();
+      counters_->cached_nodes++;
+      MarkDirty(root_.get());
+      Charge(root_.get());
+    }
+    return;
+  }
+  size_t count = n->count();
+  size_t cap = n->level == 0 ? leaf_cap_ : internal_cap_;
+  if (count >= cap / kMinFillDiv && count > 0) return;
+  Node* p = n->parent;
+  size_t i = IndexInParent(n);
+  if (count == 0) {
+    // Children are never resident in an empty internal node.
+    RemoveChild(p, i);
+    Rebalance(p);
+    return;
+  }
+  if (p->kids.size() < 2) return;
+  size_t li = i > 0 ? i - 1 : i;  // merge the pair (li, li + 1)
+  auto left_r = LoadChild(p, li);
+  auto right_r = LoadChild(p, li + 1);
+  if (!left_r.ok() || !right_r.ok()) return;  // no merge; still correct
+  Node* left = *left_r;
+  Node* right = *right_r;
+  if (left->count() + right->count() > cap * kMergeMaxNum / kMergeMaxDen) return;
+  if (n->level == 0) {
+    left->ext.insert(left->ext.end(), right->ext.begin(), right->ext.end());
+    right->ext.clear();
+  } else {
+    right->kids[0].key = p->kids[li + 1].key;  // entry 0's key becomes a real bound
+    for (Child& c : right->kids) {
+      if (c.node) {
+        c.node->parent = left;
+        right->resident_children--;
+        left->resident_children++;
+      }
+      left->kids.push_back(std::move(c));
+    }
+    right->kids.clear();
+  }
+  MarkDirty(left);
+  Charge(left);
+  RemoveChild(p, li + 1);
+  Rebalance(p);
+}
+
+Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert) {
+  std::vector<Extent> olds;
+  uint64_t pos = start;
+  for (;;) {
+    // Read phase: the next batch of overlapping extents.
+    olds.clear();
+    Cursor c;
+    UB_RETURN_IF_ERROR(SeekGE({dev, pos + 1}, &c));
+    while (!c.end && olds.size() < kBatch) {
+      const Extent& x = Cur(c);
+      if (x.dev != dev || x.start >= end) break;
+      olds.push_back(x);
+      UB_RETURN_IF_ERROR(Next(&c));
+    }
+    // Write phase: remove exactly [start, end) from each.
+    for (const Extent& x : olds) {
+      bool keep_left = x.start < start;
+      bool keep_right = x.end() > end;
+      if (keep_right) {
+        // The right remainder keeps x's key: an in-place update.
+        Extent r = x;
+        r.start = end;
+        r.len = x.end() - end;
+        r.cache_offset = x.cache_offset + (end - x.start);
+        UB_RETURN_IF_ERROR(UpdateInPlace(r));
+      } else {
+        UB_RETURN_IF_ERROR(DeleteKey(KeyOf(x)));
+      }
+      if (keep_left) {
+        Extent l = x;
+        l.len = start - x.start;
+        UB_RETURN_IF_ERROR(InsertExtent(l));
+      }
+    }
+    if (olds.size() < kBatch) break;
+    pos = olds.back().end();
+    UB_RETURN_IF_ERROR(Evict(budget_));
+  }
+  if (insert) {
+    assert(insert->dev == dev && insert->start >= start && insert->end() <= end);
+    UB_RETURN_IF_ERROR(InsertExtent(*insert));
+  }
+  return Status::OK();
+}
+
+}  // namespace ubcache

@@ -1,0 +1,217 @@
+// The extent index's contract, case by case: exact trimming and splitting,
+// clipping on lookup, stripes, InsertIfUnchanged, commit/checkpoint/reopen.
+#include "btree/extent_index.h"
+
+#include <catch2/catch.hpp>
+
+#include "btree/mem_node_store.h"
+#include "tests/unit/btree/index_test_support.h"
+
+using namespace ubcache;
+using namespace ubcache::testing;
+
+using V = std::vector<Extent>;
+
+TEST_CASE("lookup of an empty index finds nothing") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  CHECK(LookupAll(*idx, 0, 0, 100).empty());
+}
+
+TEST_CASE("lookup returns an inserted extent exactly") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(1, 10, 4, 500, 3, true)).ok());
+  CHECK(LookupAll(*idx, 1, 0, 100) == V{Ext(1, 10, 4, 500, 3, true)});
+  CHECK(LookupAll(*idx, 0, 0, 100).empty());  // another device
+  CHECK(LookupAll(*idx, 1, 14, 10).empty());  // just after
+  CHECK(LookupAll(*idx, 1, 0, 10).empty());   // just before
+}
+
+TEST_CASE("lookup clips extents to the range and advances cache_offset") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 10, 10, 100)).ok());
+  REQUIRE(idx->Insert(Ext(0, 30, 10, 200)).ok());
+  CHECK(LookupAll(*idx, 0, 15, 20) == V{Ext(0, 15, 5, 105), Ext(0, 30, 5, 200)});
+  CHECK(LookupAll(*idx, 0, 12, 2) == V{Ext(0, 12, 2, 102)});
+}
+
+TEST_CASE("an insert in the middle of an extent leaves two pieces with adjusted offsets") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 0, 16, 1000, 1)).ok());
+  REQUIRE(idx->Insert(Ext(0, 4, 4, 50, 2, true)).ok());
+  CHECK(LookupAll(*idx, 0, 0, 16) ==
+        V{Ext(0, 0, 4, 1000, 1), Ext(0, 4, 4, 50, 2, true), Ext(0, 8, 8, 1008, 1)});
+  CHECK(idx->stats().extents == 3);
+}
+
+TEST_CASE("an insert over the tail of an extent trims it") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 0, 8, 100)).ok());
+  REQUIRE(idx->Insert(Ext(0, 6, 6, 300)).ok());
+  CHECK(LookupAll(*idx, 0, 0, 20) == V{Ext(0, 0, 6, 100), Ext(0, 6, 6, 300)});
+}
+
+TEST_CASE("an insert over the head of an extent trims it and advances its offset") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 4, 8, 100)).ok());
+  REQUIRE(idx->Insert(Ext(0, 0, 6, 300)).ok());
+  CHECK(LookupAll(*idx, 0, 0, 20) == V{Ext(0, 0, 6, 300), Ext(0, 6, 6, 102)});
+}
+
+TEST_CASE("an insert covering extents removes them and trims the edges") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 0, 4, 100)).ok());
+  REQUIRE(idx->Insert(Ext(0, 4, 2, 200)).ok());
+  REQUIRE(idx->Insert(Ext(0, 8, 2, 300)).ok());
+  REQUIRE(idx->Insert(Ext(0, 10, 4, 400)).ok());
+  REQUIRE(idx->Insert(Ext(0, 2, 10, 900)).ok());
+  CHECK(LookupAll(*idx, 0, 0, 20) ==
+        V{Ext(0, 0, 2, 100), Ext(0, 2, 10, 900), Ext(0, 12, 2, 402)});
+  CHECK(idx->stats().extents == 3);
+}
+
+TEST_CASE("an insert exactly over an extent replaces it") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 4, 4, 100)).ok());
+  REQUIRE(idx->Insert(Ext(0, 4, 4, 200, 7)).ok());
+  CHECK(LookupAll(*idx, 0, 0, 20) == V{Ext(0, 4, 4, 200, 7)});
+  CHECK(idx->stats().extents == 1);
+}
+
+TEST_CASE("invalidate in the middle splits an extent; at the edges trims it") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 0, 16, 100)).ok());
+  REQUIRE(idx->Invalidate(0, 4 * K, 4 * K).ok());
+  CHECK(LookupAll(*idx, 0, 0, 16) == V{Ext(0, 0, 4, 100), Ext(0, 8, 8, 108)});
+  REQUIRE(idx->Invalidate(0, 0, 2 * K).ok());
+  REQUIRE(idx->Invalidate(0, 14 * K, 10 * K).ok());
+  CHECK(LookupAll(*idx, 0, 0, 16) == V{Ext(0, 2, 2, 102), Ext(0, 8, 6, 108)});
+  REQUIRE(idx->Invalidate(0, 0, 100 * K).ok());
+  CHECK(LookupAll(*idx, 0, 0, 100).empty());
+  CHECK(idx->stats().extents == 0);
+}
+
+TEST_CASE("invalidate of one device leaves the others") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 0, 8, 100)).ok());
+  REQUIRE(idx->Insert(Ext(1, 0, 8, 200)).ok());
+  REQUIRE(idx->Invalidate(0, 0, 8 * K).ok());
+  CHECK(LookupAll(*idx, 0, 0, 8).empty());
+  CHECK(LookupAll(*idx, 1, 0, 8) == V{Ext(1, 0, 8, 200)});
+}
+
+TEST_CASE("extents are split at stripe boundaries and read back contiguous") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);  // 1 MiB stripes = 256 blocks
+  REQUIRE(idx->Insert(Ext(0, 250, 300, 1000)).ok());
+  CHECK(idx->stats().extents == 3);  // [250,256) [256,512) [512,550)
+  CHECK(LookupAll(*idx, 0, 0, 1000) ==
+        V{Ext(0, 250, 6, 1000), Ext(0, 256, 256, 1006), Ext(0, 512, 38, 1262)});
+  REQUIRE(idx->Invalidate(0, 255 * K, 2 * K).ok());
+  CHECK(LookupAll(*idx, 0, 250, 10) ==
+        V{Ext(0, 250, 5, 1000), Ext(0, 257, 3, 1007)});
+}
+
+TEST_CASE("misaligned or empty ranges are rejected") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  CHECK(idx->Insert(Extent{0, 100, K, 0, 0, false}).IsInvalidArgument());
+  CHECK(idx->Insert(Extent{0, 0, 0, 0, 0, false}).IsInvalidArgument());
+  CHECK(idx->Invalidate(0, 0, 100).IsInvalidArgument());
+  std::vector<Extent> out;
+  CHECK(idx->Lookup(0, 0, 0, &out).IsInvalidArgument());
+}
+
+TEST_CASE("InsertIfUnchanged inserts when nothing touched the range") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  uint64_t since = idx->Sequence(0, 0, 8 * K);
+  REQUIRE(idx->Insert(Ext(0, 1000, 8, 1)).ok());  // elsewhere
+  bool inserted = false;
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 8, 100), since, &inserted).ok());
+  CHECK(inserted);
+  CHECK(LookupAll(*idx, 0, 0, 8) == V{Ext(0, 0, 8, 100)});
+}
+
+TEST_CASE("a read miss racing a write never inserts stale data") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  uint64_t since = idx->Sequence(0, 0, 8 * K);
+  REQUIRE(idx->Insert(Ext(0, 4, 1, 777)).ok());  // the racing write
+  bool inserted = true;
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 8, 100), since, &inserted).ok());
+  CHECK_FALSE(inserted);
+  CHECK(LookupAll(*idx, 0, 0, 8) == V{Ext(0, 4, 1, 777)});
+
+  since = idx->Sequence(0, 0, 8 * K);
+  REQUIRE(idx->Invalidate(0, 0, K).ok());  // a bypassed write
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 8, 100), since, &inserted).ok());
+  CHECK_FALSE(inserted);
+}
+
+TEST_CASE("checkpoint then reopen gives the same extents") {
+  MemNodeStore store(4096);
+  IndexRoot root;
+  {
+    auto idx = MustCreate(&store);
+    for (uint64_t i = 0; i < 5000; i++) REQUIRE(idx->Insert(Ext(i % 3, i * 2, 1, i)).ok());
+    auto r = idx->Checkpoint();
+    REQUIRE(r.ok());
+    root = *r;
+    CHECK(store.journal_size() == 0);
+  }
+  auto idx = MustOpen(&store, root);
+  CHECK(idx->stats().extents == 5000);
+  auto all = AllExtents(*idx);
+  REQUIRE(all.size() == 5000);
+  CHECK(LookupAll(*idx, 1, 2 * 4, 1) == V{Ext(1, 8, 1, 4)});
+}
+
+TEST_CASE("committed operations survive a crash; uncommitted ones vanish") {
+  MemNodeStore store(4096);
+  IndexRoot root;
+  {
+    auto idx = MustCreate(&store);
+    root = idx->Checkpoint().value();
+    REQUIRE(idx->Insert(Ext(0, 0, 8, 100)).ok());
+    REQUIRE(idx->Invalidate(0, 2 * K, K).ok());
+    REQUIRE(idx->Commit().ok());
+    REQUIRE(idx->Insert(Ext(0, 100, 8, 900)).ok());  // never committed
+  }  // crash: destroyed without a checkpoint
+  auto idx = MustOpen(&store, root);
+  CHECK(LookupAll(*idx, 0, 0, 200) == V{Ext(0, 0, 2, 100), Ext(0, 3, 5, 103)});
+}
+
+TEST_CASE("IndexRoot round-trips and names the first failed check") {
+  IndexRoot r;
+  r.node_size = 4096;
+  r.stripe_bytes = 1 << 20;
+  r.journal_seq = 42;
+  r.generation = 7;
+  r.shards = {ShardRoot{8192, 2, 1000, 30}, ShardRoot{}};
+  auto enc = r.Encode();
+  REQUIRE(enc.size() == IndexRoot::EncodedSize(2));
+  auto d = IndexRoot::Decode(enc.data(), enc.size());
+  REQUIRE(d.ok());
+  CHECK(d->journal_seq == 42);
+  CHECK(d->generation == 7);
+  CHECK(d->shards[0].addr == 8192);
+  CHECK(d->shards[0].level == 2);
+  CHECK(d->shards[1].addr == kNoNode);
+  auto bad = enc;
+  bad[60] ^= 1;
+  CHECK(IndexRoot::Decode(bad.data(), bad.size()).status().message() == "index root: bad csum");
+  bad = enc;
+  bad[8] ^= 1;
+  CHECK(IndexRoot::Decode(bad.data(), bad.size()).status().message() == "index root: bad magic");
+  CHECK(IndexRoot::Decode(enc.data(), 20).status().message() == "index root: short");
+}
