@@ -112,13 +112,11 @@ Uuid GetUuid(const uint8_t* p) {
 }
 
 uint64_t CacheChecksum(ConstSuperblockBlock block) {
-  // XXH3-64 of the whole block with the checksum field read as zero: hash
-  // the parts before and after it, chaining through the seed.
-  static const uint8_t kZero[8] = {};
-  uint64_t h = Hash64(block.data(), cache_off::kCsum);
-  h = Hash64(kZero, sizeof kZero, h);
-  return Hash64(block.data() + cache_off::kCsum + 8,
-                kSuperblockSize - cache_off::kCsum - 8, h);
+  // XXH3-64 of the whole block with the checksum field read as zero.
+  std::array<uint8_t, kSuperblockSize> copy;
+  std::memcpy(copy.data(), block.data(), kSuperblockSize);
+  std::memset(copy.data() + cache_off::kCsum, 0, 8);
+  return Hash64(copy.data(), copy.size());
 }
 
 // bcache's csum_set(): from the `offset` field to the end of d[keys].
