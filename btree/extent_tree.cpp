@@ -345,11 +345,12 @@ Status ExtentTree::InsertExtent(const Extent& e) {
   UB_ASSIGN_OR_RETURN(Node * leaf, DescendToLeaf(KeyOf(e)));
   auto it = std::lower_bound(leaf->ext.begin(), leaf->ext.end(), KeyOf(e), KeyLess);
   assert(it == leaf->ext.end() || KeyOf(*it) != KeyOf(e));
+  bool at_end = it == leaf->ext.end();
   leaf->ext.insert(it, e);
   counters_->extents++;
   MarkDirty(leaf);
   Charge(leaf);
-  if (leaf->ext.size() > leaf_cap_) Split(leaf);
+  if (leaf->ext.size() > leaf_cap_) Split(leaf, at_end);
   return Status::OK();
 }
 
@@ -373,14 +374,14 @@ Status ExtentTree::DeleteKey(ExtentKey k) {
   return Status::OK();
 }
 
-void ExtentTree::Split(Node* n) {
+void ExtentTree::Split(Node* n, bool appending) {
   auto right = std::make_unique<Node>();
   right->level = n->level;
   ExtentKey sep;
   size_t count = n->count();
   // Appending at the right end (a sequential fill) leaves the left node
-  // nearly full instead of half full.
-  size_t mid = count / 2;
+  // 7/8 full instead of half full, as most B-trees do.
+  size_t mid = appending ? count - count / 8 : count / 2;
   if (n->level == 0) {
     right->ext.assign(n->ext.begin() + mid, n->ext.end());
     n->ext.resize(mid);
@@ -432,7 +433,7 @@ void ExtentTree::Split(Node* n) {
   LruTouch(r);
   MarkDirty(p);
   Charge(p);
-  if (p->kids.size() > internal_cap_) Split(p);
+  if (p->kids.size() > internal_cap_) Split(p, appending && i + 2 == p->kids.size());
 }
 
 // Removes child i of p (resident or not) and frees its address.

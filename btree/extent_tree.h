@@ -116,7 +116,7 @@ class ExtentTree {
   Status InsertExtent(const Extent& e);
   Status DeleteKey(ExtentKey k);
   Status UpdateInPlace(const Extent& e);
-  void Split(Node* n);
+  void Split(Node* n, bool appending);
   void Rebalance(Node* n);
   void RemoveChild(Node* parent, size_t i);
   Status WriteBack(Node* n);

@@ -1,0 +1,186 @@
+// Journal entries and replay: checksums, sequence numbers, the torn tail of a
+// crash, and entries a checkpoint already contains.
+#include <catch2/catch.hpp>
+
+#include "btree/extent_index.h"
+#include "btree/journal_format.h"
+#include "btree/mem_node_store.h"
+#include "tests/unit/btree/index_test_support.h"
+#include "util/endian.h"
+
+using namespace ubcache;
+using namespace ubcache::testing;
+
+using V = std::vector<Extent>;
+
+TEST_CASE("a journal entry round-trips its ops") {
+  std::vector<uint8_t> payload;
+  AppendInsertOp(&payload, Ext(3, 10, 2, 77, 9, true));
+  AppendInvalidateOp(&payload, 5, 2, 4 * K, 40 * K);
+  auto entry = EncodeJournalEntry(17, 2, payload);
+  size_t len = 0;
+  uint64_t seq = 0;
+  std::vector<JournalOp> ops;
+  REQUIRE(DecodeJournalEntry(entry.data(), entry.size(), &len, &seq, &ops).ok());
+  CHECK(len == entry.size());
+  CHECK(seq == 17);
+  REQUIRE(ops.size() == 2);
+  CHECK(ops[0].type == JournalOp::Type::kInsert);
+  CHECK(ops[0].extent == Ext(3, 10, 2, 77, 9, true));
+  CHECK(ops[1].type == JournalOp::Type::kInvalidate);
+  CHECK(ops[1].shard == 5);
+  CHECK(ops[1].extent.start == 4 * K);
+  CHECK(ops[1].extent.len == 36 * K);
+}
+
+TEST_CASE("journal entry validation names the first failed check") {
+  std::vector<uint8_t> payload;
+  AppendInsertOp(&payload, Ext(0, 0, 1, 1));
+  auto good = EncodeJournalEntry(1, 1, payload);
+  auto err = [](const std::vector<uint8_t>& e) {
+    size_t len;
+    uint64_t seq;
+    std::vector<JournalOp> ops;
+    Status st = DecodeJournalEntry(e.data(), e.size(), &len, &seq, &ops);
+    return st.ok() ? std::string("ok") : st.message();
+  };
+  CHECK(err(good) == "ok");
+  CHECK(err(std::vector<uint8_t>(good.begin(), good.begin() + 20)) == "journal: short header");
+  auto b = good;
+  b[9] ^= 1;
+  CHECK(err(b) == "journal: bad magic");
+  b = good;
+  b[12] = 2;
+  CHECK(err(b) == "journal: bad version");
+  CHECK(err(std::vector<uint8_t>(good.begin(), good.end() - 1)) == "journal: bad length");
+  b = good;
+  b.back() ^= 1;
+  CHECK(err(b) == "journal: bad csum");
+  CHECK(err(EncodeJournalEntry(1, 2, payload)) == "journal: bad op count");
+  CHECK(err(EncodeJournalEntry(1, 1, {9, 9, 9})) == "journal: bad op");
+}
+
+namespace {
+
+struct Fixture {
+  MemNodeStore store{1024};
+  IndexRoot root;
+  std::unique_ptr<ExtentIndex> idx;
+  Fixture() {
+    idx = MustCreate(&store);
+    root = idx->Checkpoint().value();
+  }
+  void CrashAndReopen() {
+    idx.reset();
+    idx = MustOpen(&store, root);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("replay stops at a torn last entry and applies everything before it") {
+  Fixture f;
+  REQUIRE(f.idx->Insert(Ext(0, 0, 4, 100)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  size_t first = f.store.journal_size();
+  REQUIRE(f.idx->Insert(Ext(0, 10, 4, 200)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  f.store.TruncateJournal(f.store.journal_size() - 3);  // the second append was torn
+  f.CrashAndReopen();
+  CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100)});
+  CHECK(f.store.journal_size() == first);  // the torn tail is discarded
+}
+
+TEST_CASE("nothing after a corrupt entry is applied, even a valid-looking one") {
+  Fixture f;
+  REQUIRE(f.idx->Insert(Ext(0, 0, 4, 100)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  size_t first = f.store.journal_size();
+  REQUIRE(f.idx->Insert(Ext(0, 10, 4, 200)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  REQUIRE(f.idx->Insert(Ext(0, 20, 4, 300)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  std::vector<uint8_t> j;
+  REQUIRE(f.store.ReadJournal(&j).ok());
+  j[first + 40] ^= 0xff;  // inside the second entry's payload
+  f.store.TruncateJournal(0);
+  f.store.AppendJournalGarbage(j);
+  f.CrashAndReopen();
+  CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100)});
+}
+
+TEST_CASE("commits after a discarded torn tail survive the next crash") {
+  Fixture f;
+  REQUIRE(f.idx->Insert(Ext(0, 0, 4, 100)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  f.store.AppendJournalGarbage({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17});
+  f.CrashAndReopen();
+  REQUIRE(f.idx->Insert(Ext(0, 10, 4, 200)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  f.CrashAndReopen();
+  CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100), Ext(0, 10, 4, 200)});
+}
+
+TEST_CASE("an entry out of sequence ends replay") {
+  Fixture f;
+  REQUIRE(f.idx->Insert(Ext(0, 0, 4, 100)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  std::vector<uint8_t> payload;
+  AppendInsertOp(&payload, Ext(0, 50, 1, 1));
+  auto stale = EncodeJournalEntry(7, 1, payload);  // expected seq 2
+  f.store.AppendJournalGarbage(stale);
+  f.CrashAndReopen();
+  CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100)});
+}
+
+TEST_CASE("entries a checkpoint already contains are skipped, not replayed over newer state") {
+  // A crash after the superblock write but before the journal trim leaves
+  // old entries in front of the new root: replaying them would resurrect A.
+  Fixture f;
+  REQUIRE(f.idx->Insert(Ext(0, 0, 4, 100)).ok());  // A
+  REQUIRE(f.idx->Commit().ok());
+  std::vector<uint8_t> old;
+  REQUIRE(f.store.ReadJournal(&old).ok());
+  REQUIRE(f.idx->Invalidate(0, 0, 4 * K).ok());  // uncommitted, but in the checkpoint
+  f.root = f.idx->Checkpoint().value();
+  f.store.AppendJournalGarbage(old);  // the trim "did not happen"
+  REQUIRE(f.idx->Insert(Ext(0, 10, 1, 7)).ok());
+  REQUIRE(f.idx->Commit().ok());  // seq 2, after the stale seq 1
+  f.CrashAndReopen();
+  CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 10, 1, 7)});
+}
+
+TEST_CASE("Open reads the roots and the journal, and no other node") {
+  MemNodeStore store(1024);
+  ExtentIndex::Options o;
+  o.shards = 4;
+  IndexRoot root;
+  {
+    auto idx = MustCreate(&store, o);
+    for (uint64_t i = 0; i < 20000; i++) REQUIRE(idx->Insert(Ext(0, i * 2, 1, i)).ok());
+    root = idx->Checkpoint().value();
+    REQUIRE(idx->stats().nodes > 500);
+  }
+  auto idx = MustOpen(&store, root, o);
+  CHECK(idx->stats().node_reads == 4);
+  CHECK(idx->stats().extents == 20000);
+  std::vector<Extent> out;
+  REQUIRE(idx->Lookup(0, 2 * 777 * K, K, &out).ok());
+  CHECK(out == V{Ext(0, 2 * 777, 1, 777)});
+  // One root-to-leaf path below the root: the tree's height minus one.
+  int height = 0;
+  for (auto& s : root.shards) height = std::max(height, s.level + 1);
+  CHECK(idx->stats().node_reads <= 4u + height - 1);
+}
+
+TEST_CASE("a failed journal append keeps the ops for the next commit") {
+  Fixture f;
+  REQUIRE(f.idx->Insert(Ext(0, 0, 4, 100)).ok());
+  f.store.set_fail_writes(true);
+  CHECK_FALSE(f.idx->Commit().ok());
+  f.store.set_fail_writes(false);
+  REQUIRE(f.idx->Insert(Ext(0, 8, 4, 200)).ok());
+  REQUIRE(f.idx->Commit().ok());
+  f.CrashAndReopen();
+  CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100), Ext(0, 8, 4, 200)});
+}
