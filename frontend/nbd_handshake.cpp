@@ -162,7 +162,9 @@ Handshake::State Handshake::Feed(const uint8_t* data, size_t len, size_t* consum
     }
   }
   *consumed = pos;
+  // With no bytes the loop never runs: a finished handshake still says so.
   if (st == State::kNeedMore && phase_ == Phase::kDone) st = State::kDone;
+  if (st == State::kNeedMore && phase_ == Phase::kClosed) st = State::kClose;
   return st;
 }
 

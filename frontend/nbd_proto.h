@@ -123,7 +123,7 @@ bool DecodeRequest(const uint8_t* p, Request* req);
 // What a connection knows when it validates a request.
 struct ExportLimits {
   uint64_t size;
-  uint32_t min_block;
+  uint32_t min_block;  // nonzero: offsets and lengths must be multiples of it
   bool read_only;
   bool structured_replies;
   bool meta_base_allocation;
