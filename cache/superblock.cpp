@@ -62,7 +62,7 @@ constexpr size_t kBlockSize = 192;
 constexpr size_t kBucketSize = 194;
 // 196: nr_in_set, 198: nr_this_dev (cache devices)
 constexpr size_t kLastMount = 200;
-constexpr size_t kFirstBucket = 204;
+// 204: first_bucket (cache devices)
 constexpr size_t kKeys = 206;
 constexpr size_t kD = 208;  // u64 d[256]: journal buckets (cache devices)
 }  // namespace bch_off
@@ -188,23 +188,6 @@ Result<Uuid> RandomUuid() {
   u[6] = static_cast<uint8_t>((u[6] & 0x0f) | 0x40);  // version 4
   u[8] = static_cast<uint8_t>((u[8] & 0x3f) | 0x80);  // RFC 4122 variant
   return u;
-}
-
-const char* CacheModeName(CacheMode m) {
-  switch (m) {
-    case CacheMode::kWritethrough: return "writethrough";
-    case CacheMode::kWriteback: return "writeback";
-    case CacheMode::kWritearound: return "writearound";
-    case CacheMode::kNone: return "none";
-  }
-  return "unknown";
-}
-
-std::optional<CacheMode> ParseCacheMode(std::string_view name) {
-  for (auto m : {CacheMode::kWritethrough, CacheMode::kWriteback, CacheMode::kWritearound,
-                 CacheMode::kNone})
-    if (name == CacheModeName(m)) return m;
-  return std::nullopt;
 }
 
 const char* BackingStateName(BackingState s) {
