@@ -190,6 +190,23 @@ Result<Uuid> RandomUuid() {
   return u;
 }
 
+const char* CacheModeName(CacheMode m) {
+  switch (m) {
+    case CacheMode::kWritethrough: return "writethrough";
+    case CacheMode::kWriteback: return "writeback";
+    case CacheMode::kWritearound: return "writearound";
+    case CacheMode::kNone: return "none";
+  }
+  return "unknown";
+}
+
+std::optional<CacheMode> ParseCacheMode(std::string_view name) {
+  for (auto m : {CacheMode::kWritethrough, CacheMode::kWriteback, CacheMode::kWritearound,
+                 CacheMode::kNone})
+    if (name == CacheModeName(m)) return m;
+  return std::nullopt;
+}
+
 const char* BackingStateName(BackingState s) {
   switch (s) {
     case BackingState::kNone: return "none";
