@@ -134,16 +134,17 @@ class ExtentIndex::ShardLocks {
 };
 
 ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe,
-                         uint64_t cache_bytes)
+                         uint64_t cache_bytes, uint64_t set_id)
     : store_(store),
       stripe_(stripe),
+      set_id_(set_id),
       cache_bytes_(cache_bytes),
       chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]) {
   for (size_t i = 0; i < kChunkSlots; i++) chunk_seq_[i].store(0, std::memory_order_relaxed);
   for (uint32_t i = 0; i < nshards; i++) {
     auto sh = std::make_unique<Shard>();
     MutexLock l(&sh->mu);
-    sh->tree = std::make_unique<ExtentTree>(store, i, &sh->counters);
+    sh->tree = std::make_unique<ExtentTree>(store, i, set_id, &sh->counters);
     shards_.push_back(std::move(sh));
   }
 }
@@ -161,7 +162,8 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Create(NodeStore* store, Optio
       (o.stripe_bytes & (o.stripe_bytes - 1))) {
     return Status::InvalidArgument("extent index: stripe must be a power of two, 4 KiB..1 GiB");
   }
-  std::unique_ptr<ExtentIndex> idx(new ExtentIndex(store, o.shards, o.stripe_bytes, o.cache_bytes));
+  std::unique_ptr<ExtentIndex> idx(
+      new ExtentIndex(store, o.shards, o.stripe_bytes, o.cache_bytes, o.set_id));
   for (auto& sh : idx->shards_) {
     MutexLock l(&sh->mu);
     UB_RETURN_IF_ERROR(sh->tree->Init(ShardRoot{}));
@@ -181,7 +183,7 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
     return Status::InvalidArgument("extent index: bad root geometry");
   }
   std::unique_ptr<ExtentIndex> idx(new ExtentIndex(
-      store, static_cast<uint32_t>(root.shards.size()), root.stripe_bytes, o.cache_bytes));
+      store, static_cast<uint32_t>(root.shards.size()), root.stripe_bytes, o.cache_bytes, o.set_id));
   // The roots only; every other node loads when an operation reaches it.
   for (size_t i = 0; i < root.shards.size(); i++) {
     Shard* sh = idx->shards_[i].get();
@@ -201,7 +203,8 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
   while (pos < all.size()) {
     size_t len = 0;
     uint64_t seq = 0;
-    Status st = DecodeJournalEntry(all.data() + pos, all.size() - pos, &len, &seq, &ops);
+    Status st =
+        DecodeJournalEntry(all.data() + pos, all.size() - pos, &len, &seq, &ops, idx->set_id_);
     if (!st.ok()) {
       UB_WARN("extent index: journal replay ends at byte {} of {}: {}", pos, all.size(),
               st.message());
@@ -477,7 +480,7 @@ Status ExtentIndex::Commit() {
     return Status::Overflow("extent index: more than 4 GiB of uncommitted ops");
   }
   std::vector<uint8_t> entry =
-      EncodeJournalEntry(journal_seq_ + 1, static_cast<uint32_t>(nops), payload);
+      EncodeJournalEntry(journal_seq_ + 1, static_cast<uint32_t>(nops), payload, set_id_);
   Status st = store_->AppendJournal(entry.data(), entry.size());
   if (!st.ok()) {
     ReturnPendingOps(&taken, &ops);

@@ -64,6 +64,10 @@ class ExtentIndex {
     uint64_t cache_bytes = 64 << 20;  // btree_cache_size: decoded nodes in memory
     unsigned shards = 16;             // Create only; Open takes the root's
     uint64_t stripe_bytes = 1 << 20;  // Create only; a power of two, 4 KiB .. 1 GiB
+    // Stamped into every node and journal entry and checked on read: derive
+    // it from the cache set uuid, so leftovers of an earlier format of the
+    // same device are never taken for live metadata.
+    uint64_t set_id = 0;
   };
   // Called by Checkpoint with the new root once every node is written, before
   // the journal is trimmed and superseded nodes are freed: it must make the
@@ -130,7 +134,8 @@ class ExtentIndex {
   };
   class ShardLocks;
 
-  ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, uint64_t cache_bytes);
+  ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, uint64_t cache_bytes,
+              uint64_t set_id);
   uint32_t ShardOf(uint32_t dev, uint64_t offset) const;
   std::vector<uint32_t> ShardsFor(uint32_t dev, uint64_t start, uint64_t end) const;
   Status Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
@@ -144,6 +149,7 @@ class ExtentIndex {
 
   NodeStore* const store_;
   const uint64_t stripe_;
+  const uint64_t set_id_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> cache_bytes_;
   std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged

@@ -20,9 +20,11 @@ bool KeyLess(const Extent& e, ExtentKey k) { return KeyOf(e) < k; }
 
 }  // namespace
 
-ExtentTree::ExtentTree(NodeStore* store, uint32_t shard, TreeCounters* counters)
+ExtentTree::ExtentTree(NodeStore* store, uint32_t shard, uint64_t set_id,
+                       TreeCounters* counters)
     : store_(store),
       shard_(shard),
+      set_id_(set_id),
       node_size_(store->node_size()),
       leaf_cap_(LeafCapacity(store->node_size())),
       internal_cap_(InternalCapacity(store->node_size())),
@@ -60,7 +62,7 @@ Result<std::unique_ptr<ExtentTree::Node>> ExtentTree::ReadNode(uint64_t addr, in
   UB_RETURN_IF_ERROR(store_->ReadNode(addr, buf_.data()));
   counters_->node_reads++;
   DecodedNode d;
-  UB_RETURN_IF_ERROR(DecodeNode(buf_.data(), node_size_, {addr, shard_, level}, &d));
+  UB_RETURN_IF_ERROR(DecodeNode(buf_.data(), node_size_, {addr, shard_, level, set_id_}, &d));
   auto n = std::make_unique<Node>();
   n->addr = addr;
   n->level = d.level;
@@ -166,7 +168,7 @@ Status ExtentTree::WriteBack(Node* n) {
   }
   ++write_seq_;
   if (n->level == 0) {
-    EncodeLeafNode(buf_.data(), node_size_, shard_, write_seq_, addr, n->ext);
+    EncodeLeafNode(buf_.data(), node_size_, shard_, write_seq_, addr, n->ext, set_id_);
   } else {
     std::vector<NodeChildRef> refs;
     refs.reserve(n->kids.size());
@@ -174,7 +176,8 @@ Status ExtentTree::WriteBack(Node* n) {
       assert(c.addr != kNoNode && "children are written before their parent");
       refs.push_back({c.key, c.addr});
     }
-    EncodeInternalNode(buf_.data(), node_size_, n->level, shard_, write_seq_, addr, refs);
+    EncodeInternalNode(buf_.data(), node_size_, n->level, shard_, write_seq_, addr, refs,
+                       set_id_);
   }
   Status st = store_->WriteNode(addr, buf_.data());
   if (!st.ok()) {

@@ -47,7 +47,7 @@ struct ShardRoot {
 
 class ExtentTree {
  public:
-  ExtentTree(NodeStore* store, uint32_t shard, TreeCounters* counters);
+  ExtentTree(NodeStore* store, uint32_t shard, uint64_t set_id, TreeCounters* counters);
   ~ExtentTree();
   ExtentTree(const ExtentTree&) = delete;
   ExtentTree& operator=(const ExtentTree&) = delete;
@@ -130,6 +130,7 @@ class ExtentTree {
 
   NodeStore* const store_;
   const uint32_t shard_;
+  const uint64_t set_id_;
   const uint32_t node_size_;
   const size_t leaf_cap_, internal_cap_;
   TreeCounters* const counters_;

@@ -29,7 +29,7 @@ void AppendInvalidateOp(std::vector<uint8_t>* payload, uint32_t shard, uint32_t 
 }
 
 std::vector<uint8_t> EncodeJournalEntry(uint64_t seq, uint32_t nops,
-                                        const std::vector<uint8_t>& payload) {
+                                        const std::vector<uint8_t>& payload, uint64_t set_id) {
   std::vector<uint8_t> out(kJournalHeaderSize + payload.size());
   uint8_t* h = out.data();
   StoreLE32(h + 8, kJournalMagic);
@@ -38,13 +38,14 @@ std::vector<uint8_t> EncodeJournalEntry(uint64_t seq, uint32_t nops,
   StoreLE64(h + 16, seq);
   StoreLE32(h + 24, static_cast<uint32_t>(payload.size()));
   StoreLE32(h + 28, nops);
+  StoreLE64(h + 32, set_id);
   std::copy(payload.begin(), payload.end(), out.begin() + kJournalHeaderSize);
   StoreLE64(h, Hash64(h + 8, out.size() - 8));
   return out;
 }
 
 Status DecodeJournalEntry(const uint8_t* p, size_t avail, size_t* entry_len, uint64_t* seq,
-                          std::vector<JournalOp>* ops) {
+                          std::vector<JournalOp>* ops, uint64_t set_id) {
   const char* err = nullptr;
   uint64_t payload_len = avail >= kJournalHeaderSize ? LoadLE32(p + 24) : 0;
   if (avail < kJournalHeaderSize) {
@@ -57,6 +58,8 @@ Status DecodeJournalEntry(const uint8_t* p, size_t avail, size_t* entry_len, uin
     err = "bad length";
   } else if (LoadLE64(p) != Hash64(p + 8, kJournalHeaderSize - 8 + payload_len)) {
     err = "bad csum";
+  } else if (LoadLE64(p + 32) != set_id) {
+    err = "wrong set";
   }
   if (err) return Status::Corruption(std::string("journal: ") + err);
 

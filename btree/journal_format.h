@@ -4,14 +4,15 @@
 // doc/format.md ("journal"); in short:
 //
 //   entry   := header payload
-//   header  (32 bytes)
-//      0  u64 csum         XXH3-64 of bytes [8, 32 + payload_len)
+//   header  (40 bytes)
+//      0  u64 csum         XXH3-64 of bytes [8, 40 + payload_len)
 //      8  u32 magic        "UBJE" (0x454a4255)
 //     12  u16 version      1
 //     14  u16 reserved     0
 //     16  u64 seq          previous entry's seq + 1
 //     24  u32 payload_len
 //     28  u32 nops
+//     32  u64 set_id       the cache set: entries of an earlier format end replay
 //   payload := op{nops}
 //   op      := u8 1 (insert)     u32 dev, u64 end, u32 len, u64 cache_offset, u8 gen, u8 flags
 //            | u8 2 (invalidate) u16 shard, u32 dev, u64 start, u64 end
@@ -31,7 +32,7 @@ namespace ubcache {
 
 inline constexpr uint32_t kJournalMagic = 0x454a4255;  // "UBJE"
 inline constexpr uint16_t kJournalVersion = 1;
-inline constexpr size_t kJournalHeaderSize = 32;
+inline constexpr size_t kJournalHeaderSize = 40;
 inline constexpr size_t kJournalInsertOpSize = 27;
 inline constexpr size_t kJournalInvalidateOpSize = 23;
 
@@ -49,13 +50,13 @@ void AppendInvalidateOp(std::vector<uint8_t>* payload, uint32_t shard, uint32_t 
 
 // Header + payload, ready for NodeStore::AppendJournal.
 std::vector<uint8_t> EncodeJournalEntry(uint64_t seq, uint32_t nops,
-                                        const std::vector<uint8_t>& payload);
+                                        const std::vector<uint8_t>& payload, uint64_t set_id = 0);
 
 // Decodes the entry at p (avail bytes left in the journal). On success sets
 // *entry_len (bytes consumed), *seq and *ops. Errors name the first failed
 // check: "journal: short header", "bad magic", "bad version", "bad length",
-// "bad csum", "bad op", "bad extent", "bad op count".
+// "bad csum", "wrong set", "bad op", "bad extent", "bad op count".
 Status DecodeJournalEntry(const uint8_t* p, size_t avail, size_t* entry_len, uint64_t* seq,
-                          std::vector<JournalOp>* ops);
+                          std::vector<JournalOp>* ops, uint64_t set_id = 0);
 
 }  // namespace ubcache

@@ -11,7 +11,8 @@ namespace ubcache {
 namespace {
 
 void EncodeHeader(uint8_t* buf, uint32_t node_size, uint8_t level, uint32_t count,
-                  uint32_t shard, uint64_t seq, uint64_t addr, size_t entry_size) {
+                  uint32_t shard, uint64_t seq, uint64_t addr, uint64_t set_id,
+                  size_t entry_size) {
   StoreLE32(buf + 8, kNodeMagic);
   StoreLE16(buf + 12, kNodeVersion);
   buf[14] = level;
@@ -20,7 +21,7 @@ void EncodeHeader(uint8_t* buf, uint32_t node_size, uint8_t level, uint32_t coun
   StoreLE32(buf + 20, shard);
   StoreLE64(buf + 24, seq);
   StoreLE64(buf + 32, addr);
-  StoreLE64(buf + 40, 0);
+  StoreLE64(buf + 40, set_id);
   size_t used = kNodeHeaderSize + size_t{count} * entry_size;
   std::memset(buf + used, 0, node_size - used);
   StoreLE64(buf, Hash64(buf + 8, used - 8));
@@ -35,7 +36,7 @@ std::string Where(uint64_t addr) {
 }  // namespace
 
 void EncodeLeafNode(uint8_t* buf, uint32_t node_size, uint32_t shard, uint64_t seq,
-                    uint64_t addr, const std::vector<Extent>& extents) {
+                    uint64_t addr, const std::vector<Extent>& extents, uint64_t set_id) {
   assert(extents.size() <= LeafCapacity(node_size));
   uint8_t* p = buf + kNodeHeaderSize;
   for (const Extent& e : extents) {
@@ -49,11 +50,12 @@ void EncodeLeafNode(uint8_t* buf, uint32_t node_size, uint32_t shard, uint64_t s
     p += kLeafEntrySize;
   }
   EncodeHeader(buf, node_size, 0, static_cast<uint32_t>(extents.size()), shard, seq, addr,
-               kLeafEntrySize);
+               set_id, kLeafEntrySize);
 }
 
 void EncodeInternalNode(uint8_t* buf, uint32_t node_size, uint8_t level, uint32_t shard,
-                        uint64_t seq, uint64_t addr, const std::vector<NodeChildRef>& children) {
+                        uint64_t seq, uint64_t addr, const std::vector<NodeChildRef>& children,
+                        uint64_t set_id) {
   assert(level > 0 && children.size() <= InternalCapacity(node_size));
   uint8_t* p = buf + kNodeHeaderSize;
   for (const NodeChildRef& c : children) {
@@ -63,7 +65,7 @@ void EncodeInternalNode(uint8_t* buf, uint32_t node_size, uint8_t level, uint32_
     p += kInternalEntrySize;
   }
   EncodeHeader(buf, node_size, level, static_cast<uint32_t>(children.size()), shard, seq, addr,
-               kInternalEntrySize);
+               set_id, kInternalEntrySize);
 }
 
 Status DecodeNode(const uint8_t* buf, uint32_t node_size, const NodeExpectation& want,
@@ -89,6 +91,8 @@ Status DecodeNode(const uint8_t* buf, uint32_t node_size, const NodeExpectation&
     err = "bad csum";
   } else if (LoadLE64(buf + 32) != want.addr) {
     err = "wrong address";
+  } else if (LoadLE64(buf + 40) != want.set_id) {
+    err = "wrong set";
   } else if (LoadLE32(buf + 20) != want.shard) {
     err = "wrong shard";
   } else if (want.level >= 0 && level != want.level) {

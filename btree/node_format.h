@@ -12,7 +12,8 @@
 //    20  u32 shard     which shard tree the node belongs to
 //    24  u64 seq       write sequence of the shard (diagnostics)
 //    32  u64 addr      the node's own address: catches misdirected writes
-//    40  u64 reserved  0
+//    40  u64 set_id    the cache set (from its uuid): stale nodes of an
+//                      earlier format of the device are rejected
 //   leaf entry (26 bytes)     u32 dev, u64 end, u32 len, u64 cache_offset,
 //                             u8 gen, u8 flags (bit 0 dirty)
 //   internal entry (20 bytes) u32 dev, u64 end (lowest key of the child;
@@ -64,20 +65,23 @@ inline size_t InternalCapacity(uint32_t node_size) {
 // Encodes into buf (node_size bytes). Exactly one of extents/children is used,
 // chosen by level; the count must fit the capacity.
 void EncodeLeafNode(uint8_t* buf, uint32_t node_size, uint32_t shard, uint64_t seq,
-                    uint64_t addr, const std::vector<Extent>& extents);
+                    uint64_t addr, const std::vector<Extent>& extents, uint64_t set_id = 0);
 void EncodeInternalNode(uint8_t* buf, uint32_t node_size, uint8_t level, uint32_t shard,
-                        uint64_t seq, uint64_t addr, const std::vector<NodeChildRef>& children);
+                        uint64_t seq, uint64_t addr, const std::vector<NodeChildRef>& children,
+                        uint64_t set_id = 0);
 
 // What the reader expects of the node it is about to trust.
 struct NodeExpectation {
   uint64_t addr = 0;
   uint32_t shard = 0;
   int level = -1;  // -1: any (a root read from IndexRoot says its level)
+  uint64_t set_id = 0;
 };
 
 // Validates and decodes. Errors are Corruption("btree node <addr>: <check>"),
 // naming the first failed check: bad magic, bad version, bad level, bad flags,
-// bad count, bad csum, wrong address, wrong shard, wrong level, bad extent,
+// bad count, bad csum, wrong address, wrong set, wrong shard, wrong level,
+// bad extent, bad child,
 // keys out of order.
 Status DecodeNode(const uint8_t* buf, uint32_t node_size, const NodeExpectation& want,
                   DecodedNode* out);

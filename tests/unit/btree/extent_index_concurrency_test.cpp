@@ -20,7 +20,12 @@ namespace {
 
 constexpr int kThreads = 4;
 constexpr uint64_t kRegion = 2048;  // blocks per thread in the disjoint test
-#if defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UB_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(UB_TSAN)
 constexpr int kOpsPerThread = 8000;
 #else
 constexpr int kOpsPerThread = 40000;

@@ -57,6 +57,7 @@ TEST_CASE("journal entry validation names the first failed check") {
   b.back() ^= 1;
   CHECK(err(b) == "journal: bad csum");
   CHECK(err(EncodeJournalEntry(1, 2, payload)) == "journal: bad op count");
+  CHECK(err(EncodeJournalEntry(1, 1, payload, 0xabc)) == "journal: wrong set");
   CHECK(err(EncodeJournalEntry(1, 1, {9, 9, 9})) == "journal: bad op");
 }
 
@@ -119,6 +120,36 @@ TEST_CASE("commits after a discarded torn tail survive the next crash") {
   REQUIRE(f.idx->Commit().ok());
   f.CrashAndReopen();
   CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100), Ext(0, 10, 4, 200)});
+}
+
+TEST_CASE("metadata of an earlier format of the device is never taken for live") {
+  MemNodeStore store(1024);
+  ExtentIndex::Options old_set, new_set;
+  old_set.set_id = 1;
+  new_set.set_id = 2;
+  IndexRoot old_root;
+  {
+    auto idx = MustCreate(&store, old_set);
+    REQUIRE(idx->Insert(Ext(0, 0, 4, 100)).ok());
+    old_root = idx->Checkpoint().value();
+    REQUIRE(idx->Insert(Ext(0, 8, 4, 100)).ok());
+    REQUIRE(idx->Commit().ok());  // stays in the journal area
+  }
+  // A new format whose root (wrongly) points at an old node: refused.
+  auto r = ExtentIndex::Open(&store, old_root, new_set);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::EndsWith("wrong set"));
+  // A fresh index of the new set over the old journal bytes replays nothing.
+  auto idx = MustCreate(&store, new_set);
+  IndexRoot root = idx->Checkpoint().value();
+  std::vector<uint8_t> stale;
+  std::vector<uint8_t> payload;
+  AppendInsertOp(&payload, Ext(0, 40, 1, 1));
+  stale = EncodeJournalEntry(root.journal_seq + 1, 1, payload, /*set_id=*/1);
+  store.AppendJournalGarbage(stale);
+  idx.reset();
+  idx = MustOpen(&store, root, new_set);
+  CHECK(LookupAll(*idx, 0, 0, 100).empty());
 }
 
 TEST_CASE("an entry out of sequence ends replay") {

@@ -85,6 +85,7 @@ TEST_CASE("node validation names the first failed check") {
   b[60] ^= 4;  // an entry byte
   CHECK(DecodeError(b) == "btree node 0x2000: bad csum");
   CHECK(DecodeError(good, {4096, 3, 0}) == "btree node 0x1000: wrong address");
+  CHECK(DecodeError(good, {8192, 3, 0, 77}) == "btree node 0x2000: wrong set");
   CHECK(DecodeError(good, {8192, 4, 0}) == "btree node 0x2000: wrong shard");
   CHECK(DecodeError(good, {8192, 3, 1}) == "btree node 0x2000: wrong level");
   // Checksummed but nonsensical content: caught after the checksum.
