@@ -67,6 +67,12 @@ constexpr size_t kKeys = 206;
 constexpr size_t kD = 208;  // u64 d[256]: journal buckets (cache devices)
 }  // namespace bch_off
 
+// CacheMode's numbers are on disk in both superblocks (bcache's BDEV_CACHE_MODE).
+static_assert(static_cast<int>(CacheMode::kWritethrough) == 0 &&
+              static_cast<int>(CacheMode::kWriteback) == 1 &&
+              static_cast<int>(CacheMode::kWritearound) == 2 &&
+              static_cast<int>(CacheMode::kNone) == 3);
+
 // bcache versions that mean "cache device": CDEV, CDEV_WITH_UUID, CDEV_WITH_FEATURES.
 bool IsBcacheCacheVersion(uint64_t v) { return v == 0 || v == 3 || v == 5; }
 
@@ -188,23 +194,6 @@ Result<Uuid> RandomUuid() {
   u[6] = static_cast<uint8_t>((u[6] & 0x0f) | 0x40);  // version 4
   u[8] = static_cast<uint8_t>((u[8] & 0x3f) | 0x80);  // RFC 4122 variant
   return u;
-}
-
-const char* CacheModeName(CacheMode m) {
-  switch (m) {
-    case CacheMode::kWritethrough: return "writethrough";
-    case CacheMode::kWriteback: return "writeback";
-    case CacheMode::kWritearound: return "writearound";
-    case CacheMode::kNone: return "none";
-  }
-  return "unknown";
-}
-
-std::optional<CacheMode> ParseCacheMode(std::string_view name) {
-  for (auto m : {CacheMode::kWritethrough, CacheMode::kWriteback, CacheMode::kWritearound,
-                 CacheMode::kNone})
-    if (name == CacheModeName(m)) return m;
-  return std::nullopt;
 }
 
 const char* BackingStateName(BackingState s) {

@@ -32,6 +32,7 @@
 #include <string_view>
 
 #include "backend/block_device.h"
+#include "cache/knobs.h"  // CacheMode, with bcache's numbers (BDEV_CACHE_MODE)
 #include "util/status.h"
 
 namespace ubcache {
@@ -51,11 +52,6 @@ std::optional<Uuid> ParseUuid(std::string_view text);
 bool IsZeroUuid(const Uuid& u);
 // A random (version 4) UUID from getrandom(2).
 Result<Uuid> RandomUuid();
-
-// bcache's cache modes, with bcache's numbers (BDEV_CACHE_MODE).
-enum class CacheMode : uint8_t { kWritethrough = 0, kWriteback = 1, kWritearound = 2, kNone = 3 };
-const char* CacheModeName(CacheMode m);
-std::optional<CacheMode> ParseCacheMode(std::string_view name);
 
 // bcache's backing-device states (BDEV_STATE). kNone means detached.
 enum class BackingState : uint8_t { kNone = 0, kClean = 1, kDirty = 2, kStale = 3 };

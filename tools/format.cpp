@@ -258,7 +258,7 @@ int FormatMain(int argc, char** argv) {
     args.UsageError("--cache and --backing name the same device");
 
   auto mode = ParseCacheMode(args.Get("cache-mode"));
-  if (!mode) args.UsageError("--cache-mode: expected writethrough, writeback, writearound or none");
+  if (!mode.ok()) args.UsageError("--cache-mode: expected writethrough, writeback, writearound or none");
   std::string label = args.Get("label");
   if (label.size() >= kLabelSize) args.UsageError("--label: at most 31 bytes");
   for (unsigned char c : label)

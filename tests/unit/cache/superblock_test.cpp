@@ -568,8 +568,8 @@ TEST_CASE("uuids print as 8-4-4-4-12 hex and parse back; random ones are version
   REQUIRE(r.ok());
   CHECK((*r)[6] >> 4 == 4);
   CHECK(((*r)[8] & 0xc0) == 0x80);
-  CHECK(ParseCacheMode("writearound") == CacheMode::kWritearound);
-  CHECK_FALSE(ParseCacheMode("writeforward").has_value());
+  CHECK(ParseCacheMode("writearound").value() == CacheMode::kWritearound);
+  CHECK_FALSE(ParseCacheMode("writeforward").ok());
 }
 
 // --- device helpers ---------------------------------------------------------
