@@ -19,6 +19,10 @@ constexpr size_t kRecvBufferSize = 256 << 10;
 // a client cannot make the server buffer without bound.
 constexpr uint32_t kMaxLiveOps = 512;
 constexpr size_t kMaxIovPerSend = 512;
+// A WRITE payload at least this large that has not all arrived is received
+// straight into its own buffer; smaller ones keep flowing through the
+// receive buffer, so one recv can carry a payload and the requests after it.
+constexpr uint32_t kDirectPayload = 64 << 10;
 
 uint32_t ToNbdError(const Status& st) {
   switch (st.ToErrno()) {
@@ -82,10 +86,11 @@ void NbdConnection::BeginShutdown() { StopReading("server shutting down"); }
 void NbdConnection::ArmRecv() {
   if (!reading_ || recv_inflight_ || ops_live_ >= kMaxLiveOps) return;
   io_uring_sqe* sqe = reactor_->PrepareSqe(&recv_c_);
-  if (phase_ == Phase::kPayload) {
-    // The rest of a WRITE's payload goes straight into its buffer.
+  if (phase_ == Phase::kPayload && payload_direct_) {
+    // The rest of a large WRITE's payload goes straight into its buffer, in
+    // one completion (MSG_WAITALL: io_uring retries short receives itself).
     io_uring_prep_recv(sqe, fd_, payload_op_->buf + payload_got_,
-                       payload_op_->req.length - payload_got_, 0);
+                       payload_op_->req.length - payload_got_, MSG_WAITALL);
   } else {
     if (rend_ == rbuf_.size()) {
       std::memmove(rbuf_.data(), rbuf_.data() + rstart_, rend_ - rstart_);
@@ -113,7 +118,7 @@ void NbdConnection::OnRecv(int32_t res) {
     MaybeClose();
     return;
   }
-  if (phase_ == Phase::kPayload) {
+  if (phase_ == Phase::kPayload && payload_direct_) {
     payload_got_ += static_cast<uint32_t>(res);
     if (payload_got_ == payload_op_->req.length) {
       Op* op = payload_op_;
@@ -165,6 +170,20 @@ bool NbdConnection::ProcessHandshake() {
 bool NbdConnection::ProcessRequests() {
   while (reading_ && ops_live_ < kMaxLiveOps) {
     size_t avail = rend_ - rstart_;
+    if (phase_ == Phase::kPayload) {
+      if (payload_direct_) return false;  // arriving straight into its buffer
+      // A small payload arriving through the receive buffer.
+      uint32_t n = static_cast<uint32_t>(std::min<size_t>(avail, payload_op_->req.length - payload_got_));
+      std::memcpy(payload_op_->buf + payload_got_, rbuf_.data() + rstart_, n);
+      rstart_ += n;
+      payload_got_ += n;
+      if (payload_got_ < payload_op_->req.length) return false;
+      Op* op = payload_op_;
+      payload_op_ = nullptr;
+      phase_ = Phase::kHeader;
+      Execute(op);
+      continue;
+    }
     if (phase_ == Phase::kDiscard) {
       uint64_t n = std::min<uint64_t>(avail, discard_left_);
       rstart_ += n;
@@ -216,6 +235,7 @@ void NbdConnection::StartRequest(const nbd::Request& req) {
     if (n < req.length) {
       payload_op_ = op;
       payload_got_ = static_cast<uint32_t>(n);
+      payload_direct_ = req.length - n >= kDirectPayload;
       phase_ = Phase::kPayload;
       return;
     }

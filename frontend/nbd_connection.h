@@ -1,8 +1,9 @@
 // NbdConnection: one client connection, owned by one reactor thread.
 //
 // Input: a receive buffer that recv SQEs fill; complete requests are
-// parsed out of it. A WRITE whose payload has not all arrived gets its own
-// buffer, and the rest of the payload is received straight into it.
+// parsed out of it. A large WRITE payload that has not all arrived is
+// received straight into the request's own buffer (one MSG_WAITALL recv);
+// small ones keep flowing through the receive buffer.
 // Output: completed requests queue their replies; one sendmsg gathers all
 // queued replies at the end of the reactor turn. At most one recv and one
 // send are in flight at a time.
@@ -83,6 +84,7 @@ class NbdConnection {
   size_t rstart_ = 0, rend_ = 0;
   Op* payload_op_ = nullptr;  // WRITE whose payload is still arriving
   uint32_t payload_got_ = 0;
+  bool payload_direct_ = false;  // received into payload_op_->buf, not rbuf_
   uint64_t discard_left_ = 0;  // payload of a refused WRITE still to skip
 
   RecvCompletion recv_c_;

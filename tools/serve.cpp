@@ -5,13 +5,62 @@
 #include <vector>
 
 #include "backend/block_device.h"
+#include "cache/cache_set.h"
+#include "cache/cached_device.h"
 #include "frontend/nbd_server.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/size.h"
 
 namespace ubcache {
+
+namespace {
+
+// Applies the policy flags (bcache's knob names) to a cache set's knobs.
+void ApplyKnobFlags(const Args& args, CacheKnobs& k) {
+  auto fail = [&](const Status& st) { args.UsageError(st.message()); };
+  if (args.Has("cache-mode")) {
+    auto m = ParseCacheMode(args.Get("cache-mode"));
+    if (!m.ok()) fail(m.status());
+    k.cache_mode = *m;
+  }
+  if (args.Has("sequential-cutoff")) {
+    auto v = ParseSize(args.Get("sequential-cutoff"));
+    if (!v.ok()) fail(v.status());
+    k.sequential_cutoff = *v;
+  }
+  if (args.Has("congested-read-threshold-us")) {
+    auto v = ParseUint(args.Get("congested-read-threshold-us"), 0, 60'000'000,
+                       "--congested-read-threshold-us");
+    if (!v.ok()) fail(v.status());
+    k.congested_read_threshold_us = static_cast<uint32_t>(*v);
+  }
+  if (args.Has("congested-write-threshold-us")) {
+    auto v = ParseUint(args.Get("congested-write-threshold-us"), 0, 60'000'000,
+                       "--congested-write-threshold-us");
+    if (!v.ok()) fail(v.status());
+    k.congested_write_threshold_us = static_cast<uint32_t>(*v);
+  }
+  if (args.Has("cache-replacement-policy")) {
+    auto p = ParseReplacementPolicy(args.Get("cache-replacement-policy"));
+    if (!p.ok()) fail(p.status());
+    k.replacement = *p;
+  }
+}
+
+void LogStats(const std::string& name, CachedDevice& dev) {
+  StatsGroup g = dev.stats().Snapshot(StatsWindow::kTotal, NowNanos());
+  UB_INFO("export '{}': cache_hits {:.0f} cache_misses {:.0f} cache_hit_ratio {}% "
+          "cache_bypass_hits {:.0f} cache_bypass_misses {:.0f} cache_miss_collisions {:.0f} "
+          "bypassed {}",
+          name, g.cache_hits, g.cache_misses, g.hit_ratio(), g.cache_bypass_hits,
+          g.cache_bypass_misses, g.cache_miss_collisions,
+          FormatSize(static_cast<uint64_t>(g.bypassed)));
+}
+
+}  // namespace
 
 int ServeMain(int argc, char** argv) {
   Args args("serve", "--backing SPEC --nbd unix:PATH|tcp:HOST:PORT [options]",
@@ -22,10 +71,21 @@ int ServeMain(int argc, char** argv) {
             "  nbd-client -unix PATH /dev/nbd0\n"
             "  qemu-io -f raw 'nbd+unix:///?socket=PATH'\n"
             "  nbdfuse DIR/disk --unix PATH");
-  args.Option("backing", "SPEC", "the device to serve")
+  args.Option("backing", "SPEC", "the device to serve (repeatable with --cache)", std::nullopt, true)
+      .Option("cache", "SPEC", "a cache device to put in front of every backing device")
+      .Option("bucket-size", "SIZE", "cache bucket size", "512k")
+      .Option("btree-cache-size", "SIZE", "memory for index nodes", "64M")
+      .Option("cache-mode", "MODE", "writethrough, writeback, writearound, none", "writethrough")
+      .Option("sequential-cutoff", "SIZE", "streams this long bypass the cache; 0 disables", "4M")
+      .Option("congested-read-threshold-us", "US",
+              "cache read latency above which reads start bypassing; 0 disables", "2000")
+      .Option("congested-write-threshold-us", "US", "the same for writes; 0 disables", "20000")
+      .Option("cache-replacement-policy", "POLICY", "lru, fifo, random", "lru")
       .Option("nbd", "ADDR", "listen on unix:PATH or tcp:HOST:PORT (TCP only when asked)",
               std::nullopt, true)
-      .Option("export", "NAME", "export name (the empty name selects it too)", "ubcache")
+      .Option("export", "NAME",
+              "export name, one per --backing in order (the empty name selects the first)",
+              "ubcache", true)
       .Option("description", "TEXT", "export description shown by nbdinfo")
       .Option("threads", "N", "reactor threads, each with its own io_uring (0: one per core)", "0")
       .Flag("read-only", "refuse writes (EPERM) and open the device read-only")
@@ -39,16 +99,53 @@ int ServeMain(int argc, char** argv) {
 
   OpenOptions opts;
   opts.read_only = args.Has("read-only");
-  auto dev = OpenDevice(args.Get("backing"), opts);
-  if (!dev.ok()) Die(2, dev.status().message());
+  std::vector<std::string> backing_specs = args.GetAll("backing");
+  std::vector<std::string> names = args.GetAll("export");
+  if (names.size() > backing_specs.size()) args.UsageError("more --export names than --backing devices");
+  if (backing_specs.size() > 1 && !args.Has("cache"))
+    args.UsageError("several --backing devices need a --cache to share");
+  for (size_t i = names.size(); i < backing_specs.size(); i++)
+    names.push_back(i == 0 ? "ubcache" : "ubcache" + std::to_string(i));
+
+  std::vector<std::unique_ptr<BlockDevice>> backings;
+  for (const std::string& spec : backing_specs) {
+    auto dev = OpenDevice(spec, opts);
+    if (!dev.ok()) Die(2, dev.status().message());
+    backings.push_back(std::move(dev).value());
+  }
+
+  std::unique_ptr<BlockDevice> cache_dev;
+  std::unique_ptr<CacheSet> set;
+  std::vector<std::unique_ptr<CachedDevice>> cached;
+  if (args.Has("cache")) {
+    auto dev = OpenDevice(args.Get("cache"), OpenOptions{});
+    if (!dev.ok()) Die(2, dev.status().message());
+    cache_dev = std::move(dev).value();
+    CacheSet::Options co;
+    auto bucket = ParseSize(args.Get("bucket-size"));
+    if (!bucket.ok()) args.UsageError("--bucket-size: " + bucket.status().message());
+    co.bucket_size = *bucket;
+    auto btree_cache = ParseSize(args.Get("btree-cache-size"));
+    if (!btree_cache.ok()) args.UsageError("--btree-cache-size: " + btree_cache.status().message());
+    co.btree_cache_size = *btree_cache;
+    auto s = CacheSet::Create(cache_dev.get(), co);
+    if (!s.ok()) Die(2, s.status().message());
+    set = std::move(s).value();
+    ApplyKnobFlags(args, set->knobs());
+    for (size_t i = 0; i < backings.size(); i++)
+      cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(),
+                                                      static_cast<uint32_t>(i), backings[i].get(), 0));
+  }
 
   std::vector<NbdExport> exports;
-  NbdExport e;
-  e.name = args.Get("export");
-  e.description = args.Has("description") ? args.Get("description") : (*dev)->Describe();
-  e.device = dev->get();
-  e.read_only = opts.read_only;
-  exports.push_back(e);
+  for (size_t i = 0; i < backings.size(); i++) {
+    NbdExport e;
+    e.name = names[i];
+    e.device = cached.empty() ? backings[i].get() : static_cast<BlockDevice*>(cached[i].get());
+    e.description = args.Has("description") ? args.Get("description") : e.device->Describe();
+    e.read_only = opts.read_only;
+    exports.push_back(e);
+  }
 
   NbdServerOptions so;
   so.listen = args.GetAll("nbd");
@@ -57,6 +154,7 @@ int ServeMain(int argc, char** argv) {
   Status st = server.Start();
   if (!st.ok()) Die(2, st.message());
   st = server.Run();
+  for (size_t i = 0; i < cached.size(); i++) LogStats(names[i], *cached[i]);
   if (!st.ok()) {
     UB_ERROR("{}", st.ToString());
     return 1;

@@ -1,0 +1,75 @@
+// CachedDevice: one backing device seen through a cache set — the
+// BlockDevice that the NBD and ublk frontends serve. All policy lives here.
+//
+// Reads: the index splits the request into hits (extents whose bucket
+// generation is still current) and misses. Hits are read from the cache
+// device; a failed or stale cache read goes back to the backing device.
+// Misses are read from the backing device, the client gets its data, and
+// then — unless the request bypasses the cache — a copy is written to the
+// cache and inserted with InsertIfUnchanged, so a miss racing a write never
+// inserts stale data (that is a cache_miss_collision).
+//
+// Writes: every write first invalidates the range in the index, so nothing
+// stale can be read from the cache while it is in flight. writethrough
+// writes the backing and the cache device in parallel and inserts the new
+// extent once both have it, then acknowledges; writearound, none and
+// bypassed writes go to the backing device only and invalidate again when
+// done (killing fills of misses that read the old data meanwhile).
+// (writeback is the next issue; until then it behaves as writethrough.)
+//
+// Bypass: bcache's check_should_bypass — a request whose stream (see
+// SequentialDetector) reaches sequential_cutoff, or the congested cutoff
+// while the cache device is slow, is not inserted.
+//
+// Thread safety: any reactor thread. Per-request state lives in the
+// request; shared state is in thread-safe objects (index shards, bucket
+// allocator, atomics); stream detection is per reactor thread.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "backend/block_device.h"
+#include "cache/cache_set.h"
+#include "cache/sequential_detector.h"
+#include "cache/stats.h"
+
+namespace ubcache {
+
+class CachedDevice final : public BlockDevice {
+ public:
+  // Client byte 0 is byte `data_offset` of `backing`.
+  CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index, BlockDevice* backing,
+               uint64_t data_offset);
+  std::string Describe() const override;
+
+  CacheStats& stats() { return stats_; }
+  CacheSet* set() const { return set_; }
+  BlockDevice* backing() const { return backing_; }
+
+ protected:
+  void DoSubmit(const IoRequest& req, IoDone done) override;
+
+ private:
+  struct ReadOp;
+  struct WriteOp;
+  bool ShouldBypass(const IoRequest& req, bool write);
+  void DoRead(const IoRequest& req, IoDone done);
+  void DoWrite(const IoRequest& req, IoDone done);
+  void DoFlush(IoDone done);
+  void DoDiscard(const IoRequest& req, IoDone done);
+  // Copies [start, start+len) of `data` into the cache and inserts it if
+  // the range has not changed since `since`.
+  void Fill(uint64_t start, uint64_t len, const uint8_t* data, uint64_t since);
+  void ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool was_hit);
+  void PieceDone(ReadOp* op, Status st);
+
+  CacheSet* set_;
+  uint32_t dev_;
+  BlockDevice* backing_;
+  uint64_t data_offset_;
+  CacheStats stats_;
+  std::array<std::unique_ptr<SequentialDetector>, Reactor::kMaxReactors> detectors_;
+};
+
+}  // namespace ubcache
