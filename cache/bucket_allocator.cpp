@@ -110,7 +110,10 @@ void BucketAllocator::FreeMetadata(uint32_t bucket) {
   Bucket& k = buckets_[bucket];
   if (k.kind != Kind::kMetadata) return;
   k.kind = Kind::kFree;
-  k.gen++;
+  // Like Reclaim, never run the generation kMaxGenLead past the last GC, or
+  // metadata churn would wrap it back onto stale data pointers. Valid()
+  // vouches only for data, so an unbumped freed metadata bucket is safe.
+  if (static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead) k.gen++;
   counts_[static_cast<int>(Kind::kMetadata)]--;
   counts_[static_cast<int>(Kind::kFree)]++;
   free_.push_back(bucket);

@@ -28,10 +28,12 @@ class SequentialDetector {
     uint64_t last = UINT64_MAX;  // end offset of the stream's latest I/O
     uint64_t run = 0;            // bytes in the stream so far
     uint64_t expires = 0;
-    uint32_t lru = 0;            // higher = used more recently
+    uint64_t lru = 0;            // higher = used more recently
   };
   std::array<Recent, kRecent> recent_{};
-  uint32_t clock_ = 0;
+  // 64 bits: a 32-bit clock wraps after 2^32 I/Os (about an hour at 1M
+  // IOPS), and then the newest streams look oldest and are evicted first.
+  uint64_t clock_ = 0;
 };
 
 }  // namespace ubcache

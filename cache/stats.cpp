@@ -16,7 +16,10 @@ const char* StatsWindowName(StatsWindow w) {
 
 void CacheStats::FoldLocked(uint64_t now_ns) {
   if (last_tick_ns_ == 0) last_tick_ns_ = now_ns;
-  uint64_t elapsed_ticks = (now_ns - last_tick_ns_) / (kTickSeconds * 1'000'000'000ull);
+  // A reader reads the clock before taking mu_, so another may have folded
+  // a tick past its reading: that is no time passed, not 2^64 ns.
+  uint64_t elapsed_ns = now_ns > last_tick_ns_ ? now_ns - last_tick_ns_ : 0;
+  uint64_t elapsed_ticks = elapsed_ns / (kTickSeconds * 1'000'000'000ull);
   std::array<double, kCount> add{};
   for (int c = 0; c < kCount; c++)
     add[c] = static_cast<double>(pending_[c].exchange(0, std::memory_order_relaxed));

@@ -1,0 +1,500 @@
+// BucketAllocator: bcache's buckets (alloc.c). Allocations are contiguous
+// runs in an open bucket tagged with its generation; reclaiming bumps the
+// generation so old pointers go stale; lru/fifo/random choose the victim;
+// open buckets, the metadata reserve and buckets waiting for GC are never
+// taken; counts and the priority histogram stay consistent.
+#include "cache/bucket_allocator.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+using namespace ubcache;
+
+namespace {
+
+constexpr uint64_t kBucket = 64 << 10;
+using Space = BucketAllocator::Space;
+constexpr auto kLru = ReplacementPolicy::kLru;
+constexpr auto kFifo = ReplacementPolicy::kFifo;
+constexpr auto kRandom = ReplacementPolicy::kRandom;
+
+BucketAllocator::Options Opts(uint32_t nbuckets, uint32_t reserve = 0, unsigned writers = 1,
+                              uint32_t first_bucket = 0) {
+  BucketAllocator::Options o;
+  o.bucket_size = kBucket;
+  o.nbuckets = nbuckets;
+  o.metadata_reserve = reserve;
+  o.writers = writers;
+  o.first_bucket = first_bucket;
+  return o;
+}
+
+// A whole bucket of data for writer `w`: always opens a new bucket.
+Space Fill(BucketAllocator& a, ReplacementPolicy p = kLru, unsigned w = 0) {
+  auto r = a.Allocate(w, kBucket, p);
+  REQUIRE(r.ok());
+  return *r;
+}
+
+Space Ok(Result<Space> r) {
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+uint64_t HistogramSum(const BucketAllocator::Usage& u) {
+  return std::accumulate(std::begin(u.prio_histogram), std::end(u.prio_histogram), uint64_t{0});
+}
+
+void RequireConsistent(const BucketAllocator& a) {
+  BucketAllocator::Usage u = a.usage();
+  REQUIRE(u.free + u.data + u.metadata + u.reserved == u.buckets);
+  REQUIRE(HistogramSum(u) == u.data);
+}
+
+}  // namespace
+
+TEST_CASE("allocations within a bucket are contiguous and tagged with its generation") {
+  BucketAllocator a(Opts(8, 0, 1, 2));
+  uint64_t expect = 2 * kBucket;  // buckets below first_bucket hold superblock/journal
+  for (int i = 0; i < 16; i++) {
+    auto r = a.Allocate(0, 4096, kLru);
+    REQUIRE(r.ok());
+    REQUIRE(r->cache_offset == expect);
+    REQUIRE(r->bucket == 2);
+    REQUIRE(a.BucketOf(r->cache_offset) == 2);
+    REQUIRE(r->gen == 0);
+    REQUIRE(a.Valid(r->cache_offset, r->gen));
+    expect += 4096;
+  }
+  // The bucket is full: the next allocation starts a new one at its start.
+  auto next = a.Allocate(0, 4096, kLru);
+  REQUIRE(next.ok());
+  REQUIRE(next->bucket == 3);
+  REQUIRE(next->cache_offset == 3 * kBucket);
+}
+
+TEST_CASE("an allocation that does not fit the open bucket's remainder starts a new bucket") {
+  BucketAllocator a(Opts(4));
+  REQUIRE(a.Allocate(0, kBucket - 4096, kLru)->cache_offset == 0);
+  auto r = a.Allocate(0, 8192, kLru);
+  REQUIRE(r.ok());
+  REQUIRE(r->cache_offset == kBucket);  // never straddles buckets
+  REQUIRE(a.Allocate(0, kBucket - 8192, kLru)->cache_offset == kBucket + 8192);
+}
+
+TEST_CASE("allocation sizes of 0 or more than a bucket are rejected") {
+  BucketAllocator a(Opts(4));
+  REQUIRE(a.Allocate(0, 0, kLru).status().IsInvalidArgument());
+  REQUIRE(a.Allocate(0, kBucket + 1, kLru).status().IsInvalidArgument());
+  REQUIRE(a.Allocate(0, kBucket, kLru).ok());
+}
+
+TEST_CASE("each writer fills its own open bucket") {
+  BucketAllocator a(Opts(8, 0, 2));
+  Space w0 = Ok(a.Allocate(0, 4096, kLru));
+  Space w1 = Ok(a.Allocate(1, 4096, kLru));
+  REQUIRE(w0.bucket != w1.bucket);
+  REQUIRE(a.Allocate(0, 4096, kLru)->cache_offset == w0.cache_offset + 4096);
+  REQUIRE(a.Allocate(1, 4096, kLru)->cache_offset == w1.cache_offset + 4096);
+}
+
+TEST_CASE("buckets below first_bucket are reserved and never handed out") {
+  BucketAllocator a(Opts(6, 0, 1, 3));
+  BucketAllocator::Usage u = a.usage();
+  REQUIRE(u.buckets == 6);
+  REQUIRE(u.reserved == 3);
+  REQUIRE(u.free == 3);
+  for (int i = 0; i < 50; i++) REQUIRE(Fill(a).bucket >= 3);
+  for (uint64_t b = 0; b < 3; b++) REQUIRE_FALSE(a.Valid(b * kBucket, 0));
+  RequireConsistent(a);
+}
+
+TEST_CASE("reclaiming a bucket bumps its generation so old pointers are no longer valid") {
+  BucketAllocator a(Opts(2));
+  Space old = Ok(a.Allocate(0, 4096, kLru));
+  REQUIRE(old.bucket == 0);
+  Fill(a);  // bucket 0 closed; bucket 1 open
+  REQUIRE(a.Valid(old.cache_offset, old.gen));
+  Space reused = Fill(a);  // nothing free: bucket 0 is reclaimed
+  REQUIRE(reused.bucket == 0);
+  REQUIRE(reused.gen == static_cast<uint8_t>(old.gen + 1));
+  REQUIRE_FALSE(a.Valid(old.cache_offset, old.gen));
+  REQUIRE(a.Valid(reused.cache_offset, reused.gen));
+  REQUIRE(a.Valid(old.cache_offset + 4096, reused.gen));  // the whole bucket is the new data's
+}
+
+TEST_CASE("Valid answers false for free, metadata and out-of-range buckets") {
+  BucketAllocator a(Opts(4, 1));
+  REQUIRE_FALSE(a.Valid(0, 0));  // free
+  Space m = Ok(a.AllocateMetadata());
+  REQUIRE_FALSE(a.Valid(m.cache_offset, m.gen));
+  REQUIRE_FALSE(a.Valid(100 * kBucket, 0));
+}
+
+TEST_CASE("data cannot take the metadata reserve but metadata can") {
+  BucketAllocator a(Opts(4, 3));
+  Space d = Fill(a);  // 4 free > 3 reserved: fine
+  // 3 free: a new data bucket would dig into the reserve, and the only data
+  // bucket is open, so there is nothing to reclaim.
+  auto r = a.Allocate(0, kBucket, kLru);
+  REQUIRE(r.status().IsNoSpace());
+  REQUIRE(a.usage().free == 3);
+  for (int i = 0; i < 3; i++) {
+    auto m = a.AllocateMetadata();
+    REQUIRE(m.ok());
+    REQUIRE(m->bucket != d.bucket);
+  }
+  BucketAllocator::Usage u = a.usage();
+  REQUIRE(u.free == 0);
+  REQUIRE(u.metadata == 3);
+  REQUIRE(u.data == 1);
+  REQUIRE(a.AllocateMetadata().status().IsNoSpace());  // the open data bucket is not taken either
+  REQUIRE(a.Valid(d.cache_offset, d.gen));
+  RequireConsistent(a);
+}
+
+TEST_CASE("data reclaims rather than shrink the reserve") {
+  BucketAllocator a(Opts(10, 3));
+  std::vector<Space> first;
+  for (int i = 0; i < 7; i++) first.push_back(Fill(a));
+  REQUIRE(a.usage().free == 3);
+  Space more = Fill(a);  // reclaims a closed data bucket instead
+  BucketAllocator::Usage u = a.usage();
+  REQUIRE(u.free == 3);
+  REQUIRE(u.data == 7);
+  REQUIRE(std::count_if(first.begin(), first.end(),
+                        [&](const Space& s) { return !a.Valid(s.cache_offset, s.gen); }) == 1);
+  REQUIRE(a.Valid(more.cache_offset, more.gen));
+  // Metadata takes the reserve, then reclaims data once the reserve is gone.
+  for (int i = 0; i < 4; i++) REQUIRE(a.AllocateMetadata().ok());
+  u = a.usage();
+  REQUIRE(u.metadata == 4);
+  REQUIRE(u.data == 6);
+  RequireConsistent(a);
+}
+
+TEST_CASE("lru reclaims the least recently touched bucket") {
+  BucketAllocator a(Opts(4));
+  Space b0 = Fill(a), b1 = Fill(a), b2 = Fill(a), b3 = Fill(a);  // b3 stays open
+  REQUIRE(std::vector<uint32_t>{b0.bucket, b1.bucket, b2.bucket, b3.bucket} ==
+          std::vector<uint32_t>{0, 1, 2, 3});
+  for (int i = 0; i < 3; i++) a.DecayPriorities();
+  a.Touch(1);
+  a.DecayPriorities();
+  a.Touch(0);
+  // Priorities now: 0 touched last, 1 before it, 2 never (3 never, but open).
+  REQUIRE(Fill(a, kLru).bucket == 2);
+  REQUIRE(Fill(a, kLru).bucket == 3);  // closed now; older than 1 and 0
+  REQUIRE(Fill(a, kLru).bucket == 1);
+  REQUIRE(Fill(a, kLru).bucket == 0);
+  RequireConsistent(a);
+}
+
+TEST_CASE("fifo reclaims the oldest filled bucket, whatever was touched") {
+  BucketAllocator a(Opts(4));
+  for (int i = 0; i < 4; i++) Fill(a);
+  a.Touch(0);
+  a.Touch(1);
+  for (int i = 0; i < 3; i++) a.DecayPriorities();
+  a.Touch(0);
+  REQUIRE(Fill(a, kFifo).bucket == 0);
+  REQUIRE(Fill(a, kFifo).bucket == 1);
+  REQUIRE(Fill(a, kFifo).bucket == 2);
+  REQUIRE(Fill(a, kFifo).bucket == 3);
+  REQUIRE(Fill(a, kFifo).bucket == 0);  // refilled first, so oldest again
+}
+
+TEST_CASE("random reclaims some closed data bucket, and not always the same one") {
+  BucketAllocator a(Opts(8, 0, 1, 1));
+  Space m1 = Ok(a.AllocateMetadata());
+  Space m2 = Ok(a.AllocateMetadata());
+  std::set<uint32_t> victims;
+  uint32_t open = Fill(a, kRandom).bucket;
+  for (int i = 0; i < 300; i++) {
+    Space s = Fill(a, kRandom);
+    REQUIRE(s.bucket != 0);  // reserved
+    REQUIRE(s.bucket != m1.bucket);
+    REQUIRE(s.bucket != m2.bucket);
+    REQUIRE(s.bucket != open);  // the writer's open bucket is kept until it moves on
+    open = s.bucket;
+    if (i >= 4) victims.insert(s.bucket);  // buckets 4..7 came off the free list first
+    a.MarkGcDone();
+  }
+  REQUIRE(victims.size() >= 3);
+  REQUIRE(a.usage().metadata == 2);
+  RequireConsistent(a);
+}
+
+TEST_CASE("open buckets are never reclaimed, even with the lowest priority") {
+  BucketAllocator a(Opts(4, 0, 2));
+  Space w0 = Ok(a.Allocate(0, 4096, kLru));  // writer 0 keeps this bucket open
+  for (int i = 0; i < 10; i++) a.DecayPriorities();
+  for (int i = 0; i < 20; i++) {
+    for (ReplacementPolicy p : {kLru, kFifo, kRandom}) {
+      Space s = Fill(a, p, 1);
+      REQUIRE(s.bucket != w0.bucket);
+    }
+  }
+  REQUIRE(a.Valid(w0.cache_offset, w0.gen));
+  REQUIRE(a.Allocate(0, 4096, kLru)->cache_offset == w0.cache_offset + 4096);
+}
+
+TEST_CASE("NoSpace when every bucket is open or metadata") {
+  SECTION("all open") {
+    BucketAllocator a(Opts(3, 0, 3));
+    for (unsigned w = 0; w < 3; w++) REQUIRE(a.Allocate(w, 4096, kLru).ok());
+    for (ReplacementPolicy p : {kLru, kFifo, kRandom})
+      REQUIRE(a.Allocate(0, kBucket, p).status().IsNoSpace());
+    REQUIRE(a.AllocateMetadata().status().IsNoSpace());
+    RequireConsistent(a);
+  }
+  SECTION("all metadata") {
+    BucketAllocator a(Opts(3));
+    for (int i = 0; i < 3; i++) REQUIRE(a.AllocateMetadata().ok());
+    for (ReplacementPolicy p : {kLru, kFifo, kRandom})
+      REQUIRE(a.Allocate(0, 4096, p).status().IsNoSpace());
+    REQUIRE(a.AllocateMetadata().status().IsNoSpace());
+    a.FreeMetadata(1);
+    REQUIRE(a.Allocate(0, 4096, kLru)->bucket == 1);
+  }
+  SECTION("nothing but reserved buckets") {
+    BucketAllocator a(Opts(2, 0, 1, 2));
+    for (ReplacementPolicy p : {kLru, kFifo, kRandom})
+      REQUIRE(a.Allocate(0, 4096, p).status().IsNoSpace());
+    REQUIRE(a.AllocateMetadata().status().IsNoSpace());
+  }
+}
+
+TEST_CASE("a bucket whose generation ran kMaxGenLead ahead of its last GC waits for MarkGcDone") {
+  // Two buckets, one writer: each full-bucket allocation reclaims the other
+  // bucket, so generations climb alternately until both are kMaxGenLead
+  // ahead of GC.
+  BucketAllocator a(Opts(2));
+  Space first = Fill(a);
+  int ok = 1;
+  Result<Space> r = Space{};
+  while ((r = a.Allocate(0, kBucket, kLru)).ok()) {
+    ok++;
+    REQUIRE(ok < 1000);
+  }
+  REQUIRE(r.status().IsNoSpace());
+  REQUIRE(ok == 2 + 2 * BucketAllocator::kMaxGenLead);
+  for (ReplacementPolicy p : {kFifo, kRandom})
+    REQUIRE(a.Allocate(0, kBucket, p).status().IsNoSpace());
+  a.MarkGcDone();
+  auto after = a.Allocate(0, kBucket, kLru);
+  REQUIRE(after.ok());
+  REQUIRE(after->bucket == first.bucket);
+  REQUIRE(int{after->gen} == BucketAllocator::kMaxGenLead + 1);
+  REQUIRE_FALSE(a.Valid(first.cache_offset, first.gen));
+}
+
+TEST_CASE("freeing a metadata bucket returns it with a new generation") {
+  BucketAllocator a(Opts(4));
+  Space m = Ok(a.AllocateMetadata());
+  REQUIRE(a.usage().metadata == 1);
+  a.FreeMetadata(m.bucket);
+  REQUIRE(a.usage().metadata == 0);
+  REQUIRE(a.usage().free == 4);
+  Space again = Ok(a.AllocateMetadata());
+  REQUIRE(again.bucket == m.bucket);
+  REQUIRE(again.gen == static_cast<uint8_t>(m.gen + 1));
+  a.FreeMetadata(2);  // not metadata: ignored
+  RequireConsistent(a);
+}
+
+TEST_CASE("metadata churn does not wrap a generation back onto a stale data pointer") {
+  // Regression: FreeMetadata bumped the generation without the kMaxGenLead
+  // check, so 255 metadata free/alloc cycles of one bucket without GC
+  // wrapped its 8-bit generation and made a data pointer from its first
+  // life valid again.
+  for (int cycles : {254, 510}) {
+    INFO(cycles << " cycles");
+    BucketAllocator a(Opts(2));
+    Space stale = Fill(a);
+    REQUIRE(stale.bucket == 0);
+    Fill(a);                             // bucket 1 open; bucket 0 closed
+    Space m = Ok(a.AllocateMetadata());  // reclaims bucket 0
+    REQUIRE(m.bucket == 0);
+    for (int i = 0; i < cycles; i++) {
+      a.FreeMetadata(m.bucket);
+      m = Ok(a.AllocateMetadata());
+      REQUIRE(m.bucket == 0);
+    }
+    a.FreeMetadata(m.bucket);
+    auto reused = a.Allocate(0, kBucket, kLru);  // the writer moves onto bucket 0
+    REQUIRE(reused.ok());
+    REQUIRE(reused->bucket == 0);
+    REQUIRE_FALSE(a.Valid(stale.cache_offset, stale.gen));
+    REQUIRE(static_cast<uint8_t>(reused->gen - stale.gen) <= BucketAllocator::kMaxGenLead);
+  }
+}
+
+TEST_CASE("after GC, freeing metadata advances the generation again") {
+  BucketAllocator a(Opts(2));
+  Space m = Ok(a.AllocateMetadata());
+  for (int i = 0; i < 200; i++) {
+    a.FreeMetadata(m.bucket);
+    m = Ok(a.AllocateMetadata());
+  }
+  REQUIRE(int{m.gen} == BucketAllocator::kMaxGenLead);
+  a.MarkGcDone();
+  a.FreeMetadata(m.bucket);
+  Space next = Ok(a.AllocateMetadata());
+  REQUIRE(next.bucket == m.bucket);
+  REQUIRE(int{next.gen} == BucketAllocator::kMaxGenLead + 1);
+}
+
+TEST_CASE("priorities land in histogram bins of 1024 and move with Touch and decay") {
+  BucketAllocator a(Opts(4));
+  Fill(a);
+  Fill(a);
+  const unsigned top = BucketAllocator::kInitialPrio / 1024;
+  REQUIRE(a.usage().prio_histogram[top] == 2);
+  a.DecayPriorities();
+  REQUIRE(a.usage().prio_histogram[top - 1] == 2);
+  a.Touch(0);
+  REQUIRE(a.usage().prio_histogram[top] == 1);
+  REQUIRE(a.usage().prio_histogram[top - 1] == 1);
+  for (int i = 0; i < 40000; i++) a.DecayPriorities();  // floors at 0
+  REQUIRE(a.usage().prio_histogram[0] == 2);
+  a.Touch(3);  // free: no effect
+  REQUIRE(HistogramSum(a.usage()) == 2);
+}
+
+TEST_CASE("usage counts and the priority histogram stay consistent across random operations") {
+  for (uint64_t seed = 1; seed <= 20; seed++) {
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    const uint32_t n = 4 + rng() % 12;
+    BucketAllocator a(
+        Opts(n, static_cast<uint32_t>(rng() % 3), 1 + rng() % 3, static_cast<uint32_t>(rng() % 2)));
+    const unsigned writers = a.options().writers;
+    std::vector<uint32_t> metadata;
+    // The newest pointer handed out for each (bucket, gen).
+    std::vector<Space> pointers;
+    std::map<uint32_t, uint8_t> latest_gen;  // of the last space handed out per bucket
+    for (int op = 0; op < 3000; op++) {
+      switch (rng() % 8) {
+        case 0:
+        case 1:
+        case 2: {
+          ReplacementPolicy p = static_cast<ReplacementPolicy>(rng() % 3);
+          auto r = a.Allocate(static_cast<unsigned>(rng() % writers), 1 + rng() % kBucket, p);
+          if (r.ok()) {
+            REQUIRE(a.Valid(r->cache_offset, r->gen));
+            REQUIRE(r->cache_offset / kBucket == r->bucket);
+            pointers.push_back(*r);
+            latest_gen[r->bucket] = r->gen;
+          } else {
+            REQUIRE(r.status().IsNoSpace());
+          }
+          break;
+        }
+        case 3: {
+          auto r = a.AllocateMetadata();
+          if (r.ok()) {
+            metadata.push_back(r->bucket);
+            latest_gen[r->bucket] = r->gen;
+          }
+          break;
+        }
+        case 4:
+          if (!metadata.empty()) {
+            size_t i = rng() % metadata.size();
+            a.FreeMetadata(metadata[i]);
+            metadata.erase(metadata.begin() + static_cast<long>(i));
+          }
+          break;
+        case 5:
+          a.Touch(static_cast<uint32_t>(rng() % n));
+          break;
+        case 6:
+          a.DecayPriorities();
+          break;
+        case 7:
+          if (rng() % 8 == 0) a.MarkGcDone();
+          break;
+      }
+      RequireConsistent(a);
+      REQUIRE(a.usage().metadata == metadata.size());
+      if (op % 50 == 0) {
+        // A pointer is valid only if its bucket holds data of the same
+        // generation as the last space handed out from it.
+        for (const Space& s : pointers)
+          if (a.Valid(s.cache_offset, s.gen)) REQUIRE(latest_gen[s.bucket] == s.gen);
+      }
+    }
+  }
+}
+
+TEST_CASE("concurrent Allocate from 4 threads hands out non-overlapping space") {
+  constexpr unsigned kThreads = 4;
+  SECTION("room for everything: no space is handed out twice") {
+    BucketAllocator a(Opts(2000, 8, kThreads, 1));
+    std::vector<std::vector<Space>> got(kThreads);
+    std::vector<std::vector<uint64_t>> lens(kThreads);
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < kThreads; t++)
+      ts.emplace_back([&, t] {
+        std::mt19937_64 rng(t);
+        for (int i = 0; i < 5000; i++) {
+          uint64_t len = 512 * (1 + rng() % 16);
+          auto r = a.Allocate(t, len, kLru);
+          if (!r.ok()) return;
+          got[t].push_back(*r);
+          lens[t].push_back(len);
+        }
+      });
+    for (auto& t : ts) t.join();
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (unsigned t = 0; t < kThreads; t++) {
+      REQUIRE(got[t].size() == 5000);
+      for (size_t i = 0; i < got[t].size(); i++)
+        ranges.emplace_back(got[t][i].cache_offset, got[t][i].cache_offset + lens[t][i]);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); i++) REQUIRE(ranges[i - 1].second <= ranges[i].first);
+    REQUIRE(ranges.front().first >= kBucket);                               // first_bucket honoured
+    for (auto& [b, e] : ranges) REQUIRE(b / kBucket == (e - 1) / kBucket);  // no straddling
+    RequireConsistent(a);
+  }
+  SECTION("with reclaim: no space is handed out twice within one generation") {
+    BucketAllocator a(Opts(12, 2, kThreads));
+    std::vector<std::vector<std::tuple<uint64_t, uint64_t, uint8_t>>> got(kThreads);
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < kThreads; t++)
+      ts.emplace_back([&, t] {
+        std::mt19937_64 rng(100 + t);
+        for (int i = 0; i < 200000; i++) {
+          uint64_t len = 4096 * (1 + rng() % 8);
+          auto r = a.Allocate(t, len, static_cast<ReplacementPolicy>(rng() % 3));
+          if (!r.ok()) return;  // every generation used up: no wrap, so (bucket, gen) is unique
+          got[t].emplace_back(r->cache_offset, len, r->gen);
+        }
+      });
+    for (auto& t : ts) t.join();
+    std::map<std::pair<uint64_t, uint8_t>, std::vector<std::pair<uint64_t, uint64_t>>> by_gen;
+    size_t total = 0;
+    for (auto& v : got)
+      for (auto& [off, len, gen] : v) {
+        by_gen[{off / kBucket, gen}].emplace_back(off, off + len);
+        total++;
+      }
+    REQUIRE(total > 1000);
+    for (auto& [key, ranges] : by_gen) {
+      std::sort(ranges.begin(), ranges.end());
+      for (size_t i = 1; i < ranges.size(); i++) REQUIRE(ranges[i - 1].second <= ranges[i].first);
+    }
+    RequireConsistent(a);
+  }
+}
