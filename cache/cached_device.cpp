@@ -17,9 +17,8 @@ uint32_t BlockSizeFor(BlockDevice* backing, BlockDevice* cache) {
   return std::max({uint32_t{4096}, backing->logical_block_size(), cache->logical_block_size()});
 }
 
-uint64_t UsableSize(BlockDevice* backing, uint64_t data_offset, uint32_t block) {
-  uint64_t s = backing->size() > data_offset ? backing->size() - data_offset : 0;
-  return s - s % block;
+uint64_t UsableSize(BlockDevice* backing, uint32_t block) {
+  return backing->size() - backing->size() % block;
 }
 
 }  // namespace
@@ -36,13 +35,12 @@ struct CachedDevice::ReadOp {
 };
 
 CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
-                           BlockDevice* backing, uint64_t data_offset)
-    : BlockDevice(std::move(spec), UsableSize(backing, data_offset, BlockSizeFor(backing, set->cache_dev())),
+                           BlockDevice* backing)
+    : BlockDevice(std::move(spec), UsableSize(backing, BlockSizeFor(backing, set->cache_dev())),
                   BlockSizeFor(backing, set->cache_dev()), backing->read_only()),
       set_(set),
       dev_(dev_index),
-      backing_(backing),
-      data_offset_(data_offset) {}
+      backing_(backing) {}
 
 std::string CachedDevice::Describe() const {
   return backing_->Describe() + " cached on " + set_->cache_dev()->spec() + " (" +
@@ -100,7 +98,7 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
   op->pending++;
   uint8_t* dst = static_cast<uint8_t*>(op->req.buf) + (start - op->req.offset);
   bool fill = !op->bypass && !was_hit;
-  backing_->Read(data_offset_ + start, len, dst, [this, op, start, len, dst, fill](Status st) {
+  backing_->Read(start, len, dst, [this, op, start, len, dst, fill](Status st) {
     // Fill after the client has its data: copy now, the buffer is theirs.
     if (st.ok() && fill) Fill(start, len, dst, op->since);
     PieceDone(op, std::move(st));
@@ -243,7 +241,7 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
   };
   if (bypass) stats_.CountBypassed(req.len);
   op->pending++;
-  backing_->Write(data_offset_ + req.offset, req.len, req.buf, req.flags,
+  backing_->Write(req.offset, req.len, req.buf, req.flags,
                   [op, finish](Status st) mutable {
                     op->backing_status = std::move(st);
                     finish();
@@ -303,9 +301,7 @@ void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
     CompleteLater(std::move(done), st);
     return;
   }
-  IoRequest lower = req;
-  lower.offset += data_offset_;
-  backing_->Submit(lower, [this, req, done = std::move(done)](Status st2) mutable {
+  backing_->Submit(req, [this, req, done = std::move(done)](Status st2) mutable {
     (void)set_->index().Invalidate(dev_, req.offset, req.len);
     done(std::move(st2));
   });

@@ -38,9 +38,8 @@ namespace ubcache {
 
 class CachedDevice final : public BlockDevice {
  public:
-  // Client byte 0 is byte `data_offset` of `backing`.
-  CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index, BlockDevice* backing,
-               uint64_t data_offset);
+  // Client byte N is byte N of `backing` (an OffsetDevice past a superblock).
+  CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index, BlockDevice* backing);
   std::string Describe() const override;
 
   CacheStats& stats() { return stats_; }
@@ -67,7 +66,6 @@ class CachedDevice final : public BlockDevice {
   CacheSet* set_;
   uint32_t dev_;
   BlockDevice* backing_;
-  uint64_t data_offset_;
   CacheStats stats_;
   std::array<std::unique_ptr<SequentialDetector>, Reactor::kMaxReactors> detectors_;
 };

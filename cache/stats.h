@@ -1,14 +1,16 @@
 // CacheStats: bcache's request statistics (stats.c), kept incrementally.
 //
-// The I/O path only bumps relaxed atomic counters. Every kTickSeconds the
-// counters accumulated since the last tick are folded into "total" and
-// into three exponentially decayed sums whose time constants are five
-// minutes, an hour and a day, as bcache's stats_five_minute / _hour / _day
-// are. Reading a group is O(1) and takes no lock the I/O path takes; the
-// fold itself happens under a mutex that only readers and the ticker use.
+// The I/O path only bumps relaxed atomic counters. A read (Snapshot) folds
+// what accumulated since the last fold into "total" and into three
+// exponentially decayed sums whose time constants are five minutes, an hour
+// and a day, as bcache's stats_five_minute / _hour / _day are, decaying them
+// by the whole kTickSeconds ticks that passed. Counts that accumulate over a
+// long unread stretch are folded as if they arrived in the last tick; a
+// poller (control socket, metrics scraper) keeps the decay exact. Reading is
+// O(1) and takes no lock the I/O path takes; the fold's mutex is taken only
+// by readers.
 //
-// Thread safety: Count*() from any thread; Snapshot()/Tick()/Clear() from
-// any thread.
+// Thread safety: Count*() from any thread; Snapshot()/Clear() from any thread.
 #pragma once
 
 #include <array>

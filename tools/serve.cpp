@@ -1,12 +1,16 @@
 // ubcache serve: a device (and, with the cache core, a cache in front of
 // it) served over NBD until SIGTERM.
+#include <signal.h>
+
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "backend/block_device.h"
+#include "backend/offset_device.h"
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
+#include "cache/superblock.h"
 #include "frontend/nbd_server.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -107,11 +111,49 @@ int ServeMain(int argc, char** argv) {
   for (size_t i = names.size(); i < backing_specs.size(); i++)
     names.push_back(i == 0 ? "ubcache" : "ubcache" + std::to_string(i));
 
+  // SIGINT/SIGTERM are taken by the server's signalfd. Block them before any
+  // thread starts (the cache set's housekeeping thread included): a thread
+  // with them unblocked would let the default action kill the process.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto reactor = Reactor::Create();
+  if (!reactor.ok()) Die(1, reactor.status().ToString());
+  (*reactor)->Bind();  // superblock reads below are synchronous I/O on this thread
+
+  // A formatted backing device is served from its data_offset; a dirty one
+  // holds data only its cache has, and is never served without it.
+  std::vector<std::unique_ptr<BlockDevice>> raw_backings;  // under an OffsetDevice
   std::vector<std::unique_ptr<BlockDevice>> backings;
-  for (const std::string& spec : backing_specs) {
+  for (size_t i = 0; i < backing_specs.size(); i++) {
+    const std::string& spec = backing_specs[i];
     auto dev = OpenDevice(spec, opts);
     if (!dev.ok()) Die(2, dev.status().message());
-    backings.push_back(std::move(dev).value());
+    uint64_t data_offset = 0;
+    auto kind = Probe(**dev);
+    if (!kind.ok()) Die(2, spec + ": " + kind.status().message());
+    if (*kind == SuperblockKind::kBacking) {
+      auto sb = ReadBackingSuperblock(**dev);
+      if (!sb.ok()) Die(2, spec + ": " + sb.status().message());
+      if (sb->state == BackingState::kDirty && !args.Has("cache"))
+        Die(2, spec + ": the backing device is dirty (its cache holds newer data); serve it with "
+                      "its --cache");
+      data_offset = sb->data_offset_bytes();
+      if (i >= args.GetAll("export").size() && !sb->label.empty()) names[i] = sb->label;
+      UB_INFO("{}: bcache backing superblock, data at {}, label '{}'", spec, FormatSize(data_offset),
+              sb->label);
+    } else if (*kind != SuperblockKind::kNone) {
+      Die(2, spec + ": holds a cache superblock; a cache device goes to --cache");
+    }
+    if (data_offset > 0) {
+      raw_backings.push_back(std::move(dev).value());
+      backings.push_back(std::make_unique<OffsetDevice>(raw_backings.back().get(), data_offset));
+    } else {
+      backings.push_back(std::move(dev).value());
+    }
   }
 
   std::unique_ptr<BlockDevice> cache_dev;
@@ -128,13 +170,24 @@ int ServeMain(int argc, char** argv) {
     auto btree_cache = ParseSize(args.Get("btree-cache-size"));
     if (!btree_cache.ok()) args.UsageError("--btree-cache-size: " + btree_cache.status().message());
     co.btree_cache_size = *btree_cache;
+    auto kind = Probe(*cache_dev);
+    if (!kind.ok()) Die(2, args.Get("cache") + ": " + kind.status().message());
+    if (*kind == SuperblockKind::kCache) {
+      // A formatted cache keeps its geometry; its superblock and journal area stay untouched.
+      auto sb = ReadCacheSuperblock(*cache_dev);
+      if (!sb.ok()) Die(2, args.Get("cache") + ": " + sb.status().message());
+      co.bucket_size = sb->bucket_size;
+      co.reserved_bytes = sb->bucket_offset(sb->data_bucket());
+    } else if (*kind != SuperblockKind::kNone) {
+      Die(2, args.Get("cache") + ": holds a backing or bcache superblock, not a cache");
+    }
     auto s = CacheSet::Create(cache_dev.get(), co);
     if (!s.ok()) Die(2, s.status().message());
     set = std::move(s).value();
     ApplyKnobFlags(args, set->knobs());
     for (size_t i = 0; i < backings.size(); i++)
       cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(),
-                                                      static_cast<uint32_t>(i), backings[i].get(), 0));
+                                                      static_cast<uint32_t>(i), backings[i].get()));
   }
 
   std::vector<NbdExport> exports;
