@@ -370,8 +370,12 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
   if (since) {
     *inserted = !ChangedSince(dev, start, end, *since);
     if (!*inserted) return Status::OK();
+  } else {
+    // Only content changes mark the range. A fill (InsertIfUnchanged) caches
+    // what the backing device already holds, so concurrent fills of
+    // neighbouring blocks must not make each other collide.
+    MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
   }
-  MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
   Status result;
   if (insert) {
     // One piece per stripe, each into its stripe's shard.

@@ -91,7 +91,8 @@ class ExtentIndex {
   // Read-miss protocol: since = Sequence(range) BEFORE reading the backing
   // device; then InsertIfUnchanged(e, since) inserts only if no Insert or
   // Invalidate touched the range after Sequence() returned (else *inserted
-  // = false: a cache_miss_collision). Change tracking is per 64 KiB chunk,
+  // = false: a cache_miss_collision). Fills themselves change no content and
+  // do not count as changes. Change tracking is per 64 KiB chunk,
   // hashed into a fixed table, so unrelated writes can cause a false
   // collision (the data is then just not cached), never a missed one.
   uint64_t Sequence(uint32_t dev, uint64_t start, uint64_t len);
