@@ -215,3 +215,35 @@ TEST_CASE("IndexRoot round-trips and names the first failed check") {
   CHECK(IndexRoot::Decode(bad.data(), bad.size()).status().message() == "index root: bad magic");
   CHECK(IndexRoot::Decode(enc.data(), 20).status().message() == "index root: short");
 }
+
+// Regression: fills used to mark their chunk changed, so two misses filling
+// neighbouring blocks of one 64 KiB chunk made each other collide, and a
+// warm second pass fell short of all hits.
+TEST_CASE("concurrent fills of neighbouring blocks do not collide") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  uint64_t a = idx->Sequence(0, 0, K);
+  uint64_t b = idx->Sequence(0, K, K);
+  bool inserted = false;
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 1, 100), a, &inserted).ok());
+  CHECK(inserted);
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 1, 1, 101), b, &inserted).ok());
+  CHECK(inserted);
+  CHECK(LookupAll(*idx, 0, 0, 2) == V{Ext(0, 0, 1, 100), Ext(0, 1, 1, 101)});
+}
+
+TEST_CASE("a write between Sequence and a fill makes the fill a collision") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  uint64_t since = idx->Sequence(0, 0, K);
+  REQUIRE(idx->Insert(Ext(0, 0, 1, 200)).ok());  // the write's new data
+  bool inserted = true;
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 1, 100), since, &inserted).ok());
+  CHECK_FALSE(inserted);
+  CHECK(LookupAll(*idx, 0, 0, 1) == V{Ext(0, 0, 1, 200)});
+  since = idx->Sequence(0, 0, K);
+  REQUIRE(idx->Invalidate(0, 0, K).ok());  // a bypassed write
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 1, 100), since, &inserted).ok());
+  CHECK_FALSE(inserted);
+  CHECK(LookupAll(*idx, 0, 0, 1).empty());
+}
