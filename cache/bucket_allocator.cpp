@@ -60,6 +60,7 @@ bool BucketAllocator::ReclaimLocked(ReplacementPolicy policy) {
   counts_[static_cast<int>(Kind::kFree)]++;
   v.kind = Kind::kFree;
   v.gen++;  // every pointer into the bucket is stale from now on
+  max_lead_ = std::max(max_lead_, static_cast<uint8_t>(v.gen - v.gc_gen));
   free_.push_back(victim);
   return true;
 }
@@ -114,6 +115,7 @@ void BucketAllocator::FreeMetadata(uint32_t bucket) {
   // metadata churn would wrap it back onto stale data pointers. Valid()
   // vouches only for data, so an unbumped freed metadata bucket is safe.
   if (static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead) k.gen++;
+  max_lead_ = std::max(max_lead_, static_cast<uint8_t>(k.gen - k.gc_gen));
   counts_[static_cast<int>(Kind::kMetadata)]--;
   counts_[static_cast<int>(Kind::kFree)]++;
   free_.push_back(bucket);
@@ -137,8 +139,30 @@ void BucketAllocator::DecayPriorities() {
     if (b.kind == Kind::kData && b.prio > 0) SetPrioLocked(b, static_cast<uint16_t>(b.prio - 1));
 }
 
+void BucketAllocator::MarkGcDone(const std::vector<uint8_t>& at_start) {
+  MutexLock l(&mu_);
+  max_lead_ = 0;
+  for (size_t i = 0; i < buckets_.size(); i++) {
+    if (i < at_start.size()) buckets_[i].gc_gen = at_start[i];
+    max_lead_ = std::max(max_lead_, static_cast<uint8_t>(buckets_[i].gen - buckets_[i].gc_gen));
+  }
+}
+
+std::vector<uint8_t> BucketAllocator::GenSnapshot() const {
+  MutexLock l(&mu_);
+  std::vector<uint8_t> gens(buckets_.size());
+  for (size_t i = 0; i < buckets_.size(); i++) gens[i] = buckets_[i].gen;
+  return gens;
+}
+
+uint8_t BucketAllocator::MaxGenLead() const {
+  MutexLock l(&mu_);
+  return max_lead_;
+}
+
 void BucketAllocator::MarkGcDone() {
   MutexLock l(&mu_);
+  max_lead_ = 0;
   for (Bucket& b : buckets_) b.gc_gen = b.gen;
 }
 

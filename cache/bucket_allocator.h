@@ -71,6 +71,12 @@ class BucketAllocator {
   void DecayPriorities() EXCLUDES(mu_);
   // GC has dropped every stale pointer: generations may run ahead again.
   void MarkGcDone() EXCLUDES(mu_);
+  // The same, for a GC that started when the generations were `at_start`
+  // (GenSnapshot()): pointers made during the pass carry gens >= those.
+  void MarkGcDone(const std::vector<uint8_t>& at_start) EXCLUDES(mu_);
+  std::vector<uint8_t> GenSnapshot() const EXCLUDES(mu_);
+  // The largest gen - gc_gen over all buckets: how urgently GC is needed.
+  uint8_t MaxGenLead() const EXCLUDES(mu_);
 
   struct Usage {
     uint64_t buckets, free, data, metadata, reserved;
@@ -103,6 +109,7 @@ class BucketAllocator {
   std::vector<uint32_t> free_ GUARDED_BY(mu_);
   std::vector<Writer> writers_ GUARDED_BY(mu_);
   uint64_t fill_seq_ GUARDED_BY(mu_) = 0;
+  uint8_t max_lead_ GUARDED_BY(mu_) = 0;  // max of gen - gc_gen, kept as gens move
   uint64_t counts_[4] GUARDED_BY(mu_) = {};
   uint64_t prio_hist_[kPrioBins] GUARDED_BY(mu_) = {};
   std::mt19937_64 rng_ GUARDED_BY(mu_){42};

@@ -42,6 +42,26 @@ CacheSet::~CacheSet() {
   if (hk_.joinable()) hk_.join();
 }
 
+Result<uint64_t> CacheSet::RunGc() {
+  std::lock_guard<std::mutex> one_at_a_time(gc_mu_);
+  std::vector<uint8_t> gens = buckets_->GenSnapshot();
+  std::vector<Extent> stale;
+  Status st = index_->ForEach([&](const Extent& e) {
+    if (!buckets_->Valid(e.cache_offset, e.gen)) stale.push_back(e);
+  });
+  if (!st.ok()) return st;
+  for (const Extent& e : stale) {
+    // Invalidating the range may also drop a fresh extent inserted there
+    // since ForEach saw the stale one: that is a future miss, never stale
+    // data (the backing device has everything; writeback must revisit this).
+    UB_RETURN_IF_ERROR(index_->Invalidate(e.dev, e.start, e.len));
+  }
+  buckets_->MarkGcDone(gens);
+  gc_runs_.fetch_add(1, std::memory_order_relaxed);
+  UB_DEBUG("cache gc: dropped {} stale extents", stale.size());
+  return static_cast<uint64_t>(stale.size());
+}
+
 void CacheSet::Housekeeping() {
   uint64_t ticks = 0;
   std::unique_lock<std::mutex> l(hk_mu_);
@@ -54,6 +74,10 @@ void CacheSet::Housekeeping() {
     Status st = index_->Commit();
     if (st.ok() && index_->stats().journal_bytes > (64u << 20)) st = index_->Checkpoint().status();
     if (!st.ok()) UB_WARN("cache index housekeeping: {}", st.ToString());
+    if (buckets_->MaxGenLead() >= BucketAllocator::kMaxGenLead / 2) {
+      auto dropped = RunGc();
+      if (!dropped.ok()) UB_WARN("cache gc: {}", dropped.status().ToString());
+    }
     // bcache ages priorities so that LRU means "least recently used".
     if (++ticks % 30 == 0) buckets_->DecayPriorities();
     l.lock();

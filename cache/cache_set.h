@@ -48,6 +48,16 @@ class CacheSet {
   CacheKnobs& knobs() { return knobs_; }
   const Options& options() const { return o_; }
 
+  // Garbage collection, as bcache's btree GC does for its buckets: drops
+  // every extent whose bucket generation has moved on (a stale pointer is
+  // already a miss; dropping it lets the generation run ahead again without
+  // wrapping onto it). Runs from housekeeping when a bucket's generation
+  // lead passes half of kMaxGenLead; foreground requests never wait on it —
+  // it holds one index shard at a time, for one batch of extents.
+  // Returns the number of stale extents dropped.
+  Result<uint64_t> RunGc();
+  uint64_t gc_runs() const { return gc_runs_.load(std::memory_order_relaxed); }
+
  private:
   CacheSet(BlockDevice* cache_dev, Options o) : cache_dev_(cache_dev), o_(o) {}
   void Housekeeping();
@@ -59,6 +69,8 @@ class CacheSet {
   std::unique_ptr<ExtentIndex> index_;
   Congestion congestion_;
   CacheKnobs knobs_;
+  std::mutex gc_mu_;  // one GC at a time
+  std::atomic<uint64_t> gc_runs_{0};
   std::mutex hk_mu_;
   std::condition_variable hk_cv_;
   bool hk_stop_ = false;
