@@ -4,7 +4,8 @@
 
 namespace ubcache {
 
-BucketAllocator::BucketAllocator(Options o) : o_(o) {
+BucketAllocator::BucketAllocator(Options o)
+    : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]) {
   MutexLock l(&mu_);
   buckets_.resize(o_.nbuckets);
   writers_.resize(std::max(1u, o_.writers));
@@ -16,20 +17,21 @@ BucketAllocator::BucketAllocator(Options o) : o_(o) {
       counts_[static_cast<int>(Kind::kFree)]++;
     }
   }
+  for (uint32_t b = 0; b < o_.nbuckets; b++) PublishLocked(b);
   // Hand out low buckets first.
   for (uint32_t b = o_.nbuckets; b-- > o_.first_bucket;) free_.push_back(b);
 }
 
-void BucketAllocator::SetPrioLocked(Bucket& b, uint16_t prio) {
+void BucketAllocator::PublishLocked(uint32_t b) {
+  published_[b].store(Pack(buckets_[b]), std::memory_order_release);
+}
+
+void BucketAllocator::SetPrioLocked(uint32_t i, uint16_t prio) {
+  Bucket& b = buckets_[i];
   if (b.kind == Kind::kData) prio_hist_[b.prio / 1024]--;
   b.prio = prio;
   if (b.kind == Kind::kData) prio_hist_[b.prio / 1024]++;
-}
-
-bool BucketAllocator::IsOpenLocked(uint32_t b) const {
-  for (const Writer& w : writers_)
-    if (w.bucket == b) return true;
-  return false;
+  PublishLocked(i);
 }
 
 bool BucketAllocator::ReclaimLocked(ReplacementPolicy policy) {
@@ -42,7 +44,7 @@ bool BucketAllocator::ReclaimLocked(ReplacementPolicy policy) {
   for (uint32_t i = 0; i < n; i++) {
     uint32_t b = (start + i) % n;
     const Bucket& k = buckets_[b];
-    if (k.kind != Kind::kData || IsOpenLocked(b)) continue;
+    if (k.kind != Kind::kData || k.open) continue;
     if (static_cast<uint8_t>(k.gen - k.gc_gen) >= kMaxGenLead) continue;  // needs GC first
     uint64_t key = policy == ReplacementPolicy::kLru    ? k.prio
                    : policy == ReplacementPolicy::kFifo ? k.filled_seq
@@ -61,6 +63,7 @@ bool BucketAllocator::ReclaimLocked(ReplacementPolicy policy) {
   v.kind = Kind::kFree;
   v.gen++;  // every pointer into the bucket is stale from now on
   max_lead_ = std::max(max_lead_, static_cast<uint8_t>(v.gen - v.gc_gen));
+  PublishLocked(victim);
   free_.push_back(victim);
   return true;
 }
@@ -83,12 +86,15 @@ Result<BucketAllocator::Space> BucketAllocator::Allocate(unsigned w, uint64_t le
   Writer& wr = writers_[w % writers_.size()];
   if (wr.bucket == UINT32_MAX || wr.fill + len > o_.bucket_size) {
     UB_ASSIGN_OR_RETURN(uint32_t b, TakeFreeLocked(false, policy));
+    if (wr.bucket != UINT32_MAX) buckets_[wr.bucket].open = false;  // full: reclaimable now
     Bucket& k = buckets_[b];
     k.kind = Kind::kData;
+    k.open = true;
     counts_[static_cast<int>(Kind::kData)]++;
     k.prio = kInitialPrio;
     prio_hist_[k.prio / 1024]++;
     k.filled_seq = ++fill_seq_;
+    PublishLocked(b);
     wr.bucket = b;
     wr.fill = 0;
   }
@@ -103,6 +109,7 @@ Result<BucketAllocator::Space> BucketAllocator::AllocateMetadata() {
   Bucket& k = buckets_[b];
   k.kind = Kind::kMetadata;
   counts_[static_cast<int>(Kind::kMetadata)]++;
+  PublishLocked(b);
   return Space{uint64_t{b} * o_.bucket_size, k.gen, b};
 }
 
@@ -116,27 +123,33 @@ void BucketAllocator::FreeMetadata(uint32_t bucket) {
   // vouches only for data, so an unbumped freed metadata bucket is safe.
   if (static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead) k.gen++;
   max_lead_ = std::max(max_lead_, static_cast<uint8_t>(k.gen - k.gc_gen));
+  PublishLocked(bucket);
   counts_[static_cast<int>(Kind::kMetadata)]--;
   counts_[static_cast<int>(Kind::kFree)]++;
   free_.push_back(bucket);
 }
 
 void BucketAllocator::Touch(uint32_t bucket) {
+  if (bucket >= o_.nbuckets) return;
+  // Most hits find the priority still at its top: no lock for them.
+  if ((published_[bucket].load(std::memory_order_acquire) >> 16) == kInitialPrio) return;
   MutexLock l(&mu_);
-  if (bucket < buckets_.size() && buckets_[bucket].kind == Kind::kData)
-    SetPrioLocked(buckets_[bucket], kInitialPrio);
+  if (buckets_[bucket].kind == Kind::kData) SetPrioLocked(bucket, kInitialPrio);
 }
 
 bool BucketAllocator::Valid(uint64_t cache_offset, uint8_t gen) const {
   uint32_t b = BucketOf(cache_offset);
-  MutexLock l(&mu_);
-  return b < buckets_.size() && buckets_[b].kind == Kind::kData && buckets_[b].gen == gen;
+  if (b >= o_.nbuckets) return false;
+  uint32_t w = published_[b].load(std::memory_order_acquire);
+  return static_cast<uint8_t>(w) == gen && static_cast<Kind>((w >> 8) & 0xff) == Kind::kData;
 }
 
 void BucketAllocator::DecayPriorities() {
   MutexLock l(&mu_);
-  for (Bucket& b : buckets_)
-    if (b.kind == Kind::kData && b.prio > 0) SetPrioLocked(b, static_cast<uint16_t>(b.prio - 1));
+  for (uint32_t i = 0; i < buckets_.size(); i++) {
+    const Bucket& b = buckets_[i];
+    if (b.kind == Kind::kData && b.prio > 0) SetPrioLocked(i, static_cast<uint16_t>(b.prio - 1));
+  }
 }
 
 void BucketAllocator::MarkGcDone(const std::vector<uint8_t>& at_start) {

@@ -16,12 +16,16 @@
 // priority buckets are reclaimed first, with fifo the oldest filled, with
 // random any. A reserve of buckets is kept for metadata (btree nodes).
 //
-// Thread safety: all methods take mu_, held for a few instructions per call
-// (Allocate takes it only when an open bucket fills). A priority histogram
-// is kept incrementally so priority_stats can be read without a scan.
+// Thread safety: changes take mu_. The read-hit path takes no lock: each
+// bucket's (gen, kind, prio) is also published in one atomic word, so
+// Valid() is a load and Touch() locks only when the priority has decayed.
+// A priority histogram is kept incrementally so priority_stats can be read
+// without a scan.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -92,6 +96,7 @@ class BucketAllocator {
     Kind kind = Kind::kFree;
     uint16_t prio = 0;
     uint64_t filled_seq = 0;  // for fifo
+    bool open = false;        // a writer is filling it
   };
   struct Writer {
     uint32_t bucket = UINT32_MAX;
@@ -100,12 +105,17 @@ class BucketAllocator {
 
   Result<uint32_t> TakeFreeLocked(bool metadata, ReplacementPolicy policy) REQUIRES(mu_);
   bool ReclaimLocked(ReplacementPolicy policy) REQUIRES(mu_);
-  void SetPrioLocked(Bucket& b, uint16_t prio) REQUIRES(mu_);
-  bool IsOpenLocked(uint32_t b) const REQUIRES(mu_);
+  void SetPrioLocked(uint32_t b, uint16_t prio) REQUIRES(mu_);
+  // Mirrors bucket b's gen, kind and prio into published_ after a change.
+  void PublishLocked(uint32_t b) REQUIRES(mu_);
+  static uint32_t Pack(const Bucket& k) {
+    return uint32_t{k.gen} | uint32_t{static_cast<uint8_t>(k.kind)} << 8 | uint32_t{k.prio} << 16;
+  }
 
   const Options o_;
   mutable Mutex mu_;
   std::vector<Bucket> buckets_ GUARDED_BY(mu_);
+  std::unique_ptr<std::atomic<uint32_t>[]> published_;  // Pack(bucket), read without mu_
   std::vector<uint32_t> free_ GUARDED_BY(mu_);
   std::vector<Writer> writers_ GUARDED_BY(mu_);
   uint64_t fill_seq_ GUARDED_BY(mu_) = 0;
