@@ -44,6 +44,16 @@ void BlockDevice::Submit(const IoRequest& req, IoDone done) {
   DoSubmit(req, std::move(done));
 }
 
+void BlockDevice::Prefetch(uint64_t offset, uint64_t len, IoDone done) {
+  static uint8_t no_buffer;  // validation wants a buffer; a prefetch brings its own
+  Status st = Validate({IoOp::kRead, 0, offset, len, &no_buffer});
+  if (!st.ok()) {
+    CompleteLater(std::move(done), std::move(st));
+    return;
+  }
+  DoPrefetch(offset, len, std::move(done));
+}
+
 void BlockDevice::CompleteLater(IoDone done, Status st) {
   Reactor::Current()->DeferDone(std::move(done), std::move(st));
 }

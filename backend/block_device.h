@@ -82,12 +82,21 @@ class BlockDevice {
   // One line for logs: "uring /data/cache.img (1.0 GiB, O_DIRECT)".
   virtual std::string Describe() const { return spec_; }
 
+  // A hint that [offset, offset+len) will be read soon (NBD_CMD_CACHE). A
+  // device with nothing to warm completes it at once; the cache reads the
+  // range in, as bcache does for readahead. The range is validated like a read.
+  void Prefetch(uint64_t offset, uint64_t len, IoDone done);
+
  protected:
   BlockDevice(std::string spec, uint64_t size, uint32_t block_size, bool read_only)
       : spec_(std::move(spec)), size_(size), block_size_(block_size), read_only_(read_only) {}
 
   // Called with a validated request on a reactor thread.
   virtual void DoSubmit(const IoRequest& req, IoDone done) = 0;
+  // Called with a validated range; the default has nothing to warm.
+  virtual void DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
+    CompleteLater(std::move(done), Status::OK());
+  }
 
   // Delivers `st` to `done` on the current reactor after the caller returns.
   static void CompleteLater(IoDone done, Status st);

@@ -28,6 +28,7 @@ struct CachedDevice::ReadOp {
   IoRequest req;
   IoDone done;
   bool bypass = false;
+  bool prefetch = false;  // counted as a readahead, not a hit or miss
   bool all_hit = true;
   uint64_t since = 0;
   int pending = 1;  // pieces in flight, plus one until all are issued
@@ -81,7 +82,9 @@ void CachedDevice::DoSubmit(const IoRequest& req, IoDone done) {
 void CachedDevice::PieceDone(ReadOp* op, Status st) {
   if (!st.ok() && op->status.ok()) op->status = std::move(st);
   if (--op->pending > 0) return;
-  if (op->status.ok()) {
+  if (op->status.ok() && op->prefetch) {
+    stats_.CountReadahead();
+  } else if (op->status.ok()) {
     if (op->all_hit)
       stats_.CountHit(op->bypass);
     else
@@ -105,12 +108,43 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
   });
 }
 
-void CachedDevice::DoRead(const IoRequest& req, IoDone done) {
+void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
+  struct Prefetch {
+    CachedDevice* d;
+    uint64_t next, end;
+    IoDone done;
+    uint8_t* buf;
+    size_t cap;
+    void Step() {
+      if (next >= end) {
+        BufferPool::ForThread().Put(buf, cap);
+        IoDone cb = std::move(done);
+        delete this;
+        cb(Status::OK());
+        return;
+      }
+      uint64_t n = std::min<uint64_t>(end - next, cap);
+      IoRequest r{IoOp::kRead, 0, next, n, buf};
+      next += n;
+      d->DoRead(r, [this](Status st) {
+        if (!st.ok()) next = end;  // a hint: stop quietly, the client's reads will retry
+        Step();
+      }, true);
+    }
+  };
+  size_t cap = 0;
+  uint8_t* buf = BufferPool::ForThread().Get(1 << 20, &cap);
+  (new Prefetch{this, offset, offset + len, std::move(done), buf, cap})->Step();
+}
+
+void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
   auto* op = new ReadOp();
   op->d = this;
   op->req = req;
   op->done = std::move(done);
-  op->bypass = ShouldBypass(req, false);
+  op->prefetch = prefetch;
+  op->bypass = prefetch ? set_->knobs().cache_mode.load(std::memory_order_relaxed) == CacheMode::kNone
+                        : ShouldBypass(req, false);
   // The sequence is taken before the lookup: any write from here on makes a
   // fill of what we read from the backing device a collision.
   op->since = set_->index().Sequence(dev_, req.offset, req.len);

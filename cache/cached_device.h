@@ -48,12 +48,15 @@ class CachedDevice final : public BlockDevice {
 
  protected:
   void DoSubmit(const IoRequest& req, IoDone done) override;
+  // Reads the range through the cache in 1 MiB steps, one after another, so
+  // a huge NBD_CMD_CACHE costs bounded memory; counted as cache_readaheads.
+  void DoPrefetch(uint64_t offset, uint64_t len, IoDone done) override;
 
  private:
   struct ReadOp;
   struct WriteOp;
   bool ShouldBypass(const IoRequest& req, bool write);
-  void DoRead(const IoRequest& req, IoDone done);
+  void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);
   void DoWrite(const IoRequest& req, IoDone done);
   void DoFlush(IoDone done);
   void DoDiscard(const IoRequest& req, IoDone done);

@@ -281,9 +281,10 @@ void NbdConnection::Execute(Op* op) {
                         done_fua);
       break;
     case nbd::kCmdCache:
+      dev_->Prefetch(r.offset, r.length, done);
+      break;
     case nbd::kCmdBlockStatus:
-      // CACHE is a hint (the cache layer turns it into a prefetch); BLOCK_STATUS
-      // reports the whole range as data, which is honest for every backend.
+      // The whole range is reported as data, which is honest for every backend.
       Finish(op, Status::OK());
       break;
     default:

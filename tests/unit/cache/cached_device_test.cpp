@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/mem_device.h"
@@ -154,4 +155,26 @@ TEST_CASE("GC lets buckets be reused past the generation lead and caching carrie
   double hits_before = rig.Stats().cache_hits;
   CHECK(rig.ReadMatches(40 << 20, 64 << 10, 1));
   CHECK(rig.Stats().cache_hits == hits_before + 1);
+}
+
+TEST_CASE("a prefetch (NBD CACHE) reads the range in, so the next read is a hit") {
+  Rig rig;
+  std::optional<Status> st;
+  rig.dev->Prefetch(2 << 20, 3 << 20, [&](Status s) { st = std::move(s); });
+  rig.reactor->RunUntil([&] { return st.has_value(); });
+  REQUIRE(st->ok());
+  rig.Settle();
+  auto s = rig.Stats();
+  CHECK(s.cache_readaheads == 3);  // three 1 MiB steps
+  CHECK(s.cache_misses == 0);
+  CHECK(rig.ReadMatches(2 << 20, 3 << 20, 1));
+  CHECK(rig.Stats().cache_hits == 1);
+}
+
+TEST_CASE("a prefetch outside the device is refused") {
+  Rig rig;
+  std::optional<Status> st;
+  rig.dev->Prefetch(rig.dev->size(), 4096, [&](Status s) { st = std::move(s); });
+  rig.reactor->RunUntil([&] { return st.has_value(); });
+  CHECK(st->IsNoSpace());
 }
