@@ -350,7 +350,7 @@ def one_run(tag):
 
 STATS = re.compile(r"export '([^']*)': cache_hits (\d+) cache_misses (\d+) cache_hit_ratio (\d+)% "
                    r"cache_bypass_hits (\d+) cache_bypass_misses (\d+) cache_miss_collisions (\d+) "
-                   r"bypassed (\S+)")
+                   r"bypassed ([0-9.]+ ?[KMGTPE]?i?B)")
 def stats(name):
     global bad
     try:
