@@ -13,13 +13,6 @@ source "$(dirname "$0")/lib.sh"
 # machine cache reads can exceed 2 ms and would turn hits into bypass hits.
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 
-# soft_fail MSG — record a failed check and go on (the other checks still
-# tell something); the test fails at the end with all of them.
-SOFT_FAILS=()
-soft_fail() { SOFT_FAILS+=("$*"); echo "CHECK FAILED: $TEST_NAME: $*" >&2; }
-soft_fail_report() {
-  ((${#SOFT_FAILS[@]} == 0)) || fail "$(printf '%s\n' "${SOFT_FAILS[@]}")"
-}
 
 M=$((1 << 20))
 CACHE=$WORK/cache.img

@@ -12,13 +12,6 @@ source "$(dirname "$0")/lib.sh"
 # machine cache reads can exceed 2 ms and would turn hits into bypass hits.
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 
-# soft_fail MSG — record a failed check and go on (the other checks still
-# tell something); the test fails at the end with all of them.
-SOFT_FAILS=()
-soft_fail() { SOFT_FAILS+=("$*"); echo "CHECK FAILED: $TEST_NAME: $*" >&2; }
-soft_fail_report() {
-  ((${#SOFT_FAILS[@]} == 0)) || fail "$(printf '%s\n' "${SOFT_FAILS[@]}")"
-}
 
 CACHE=$WORK/cache.img
 BACKING=$WORK/backing.img
@@ -48,27 +41,6 @@ EOF
   ) || fail "$label: fio reported errors"
 }
 
-# stats — the statistics line of the last server log as variables hits,
-# misses, bhits, bmisses, colls, bypassed (bytes).
-stats() {
-  local line
-  line=$(grep -E "export 'ubcache': cache_hits" "$SERVER_LOG" | tail -n 1) ||
-    fail "no statistics line in $SERVER_LOG"
-  log "stats: ${line#*export }"
-  eval "$(python3 - "$line" <<'EOF'
-import re, sys
-m = re.search(r"cache_hits (\d+) cache_misses (\d+) cache_hit_ratio (\d+)% cache_bypass_hits (\d+) "
-              r"cache_bypass_misses (\d+) cache_miss_collisions (\d+) bypassed ([\d.]+) (B|KiB|MiB|GiB|TiB)\b",
-              sys.argv[1])
-if not m:
-    sys.exit(1)
-units = {"B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}
-g = m.groups()
-print(f"hits={g[0]} misses={g[1]} bhits={g[3]} bmisses={g[4]} colls={g[5]} "
-      f"bypassed={int(float(g[6]) * (1 << units[g[7]]))}")
-EOF
-  )" || fail "cannot parse the statistics line: $line"
-}
 
 # compare LABEL — the whole export, read with nbdcopy, equals the backing file.
 compare() {
