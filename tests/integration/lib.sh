@@ -192,3 +192,51 @@ soft_fail() { SOFT_FAILS+=("$*"); echo "CHECK FAILED: $TEST_NAME: $*" >&2; }
 soft_fail_report() {
   ((${#SOFT_FAILS[@]} == 0)) || fail "$(printf '%s\n' "${SOFT_FAILS[@]}")"
 }
+
+# ---- a filesystem on the export: nbdfuse + losetup (050, 094) ----
+# nbdfuse_setup — FUSE_DIR and MNT under $WORK; detach on exit. Then
+# `attach SIZE` exposes $SERVER_SOCK as $LOOP, `detach` undoes it, and
+# `verify_files LABEL` checks $MNT/data against $WORK/sums.
+nbdfuse_setup() {
+  FUSE_DIR=$WORK/fuse
+  MNT=$WORK/mnt
+  mkdir -p "$FUSE_DIR" "$MNT"
+  LOOP=""
+  FUSE_PID=""
+  on_exit detach
+}
+
+attach() {
+  rm -f "$WORK/nbdfuse.pid"
+  nbdfuse -P "$WORK/nbdfuse.pid" "$FUSE_DIR/disk" --unix "$SERVER_SOCK" 2>"$WORK/nbdfuse.log" &
+  FUSE_PID=$!
+  local deadline=$((SECONDS + 20))
+  until [[ -s $WORK/nbdfuse.pid && -f $FUSE_DIR/disk ]]; do
+    kill -0 "$FUSE_PID" 2>/dev/null || fail "nbdfuse exited: $(cat "$WORK/nbdfuse.log")"
+    ((SECONDS < deadline)) || fail "nbdfuse did not become ready in 20s: $(cat "$WORK/nbdfuse.log")"
+    sleep 0.1
+  done
+  local size
+  size=$(stat -c %s "$FUSE_DIR/disk")
+  [[ $size == "$1" ]] || fail "nbdfuse file is $size bytes, expected $1"
+  LOOP=$(losetup -f --show "$FUSE_DIR/disk") || fail "losetup on the nbdfuse file failed"
+  log "attached $LOOP"
+}
+
+detach() {
+  # timeout: a hung server must not hang the cleanup of a failed run.
+  if mountpoint -q "$MNT"; then timeout 30 umount "$MNT" || umount -l "$MNT"; fi
+  if [[ -n $LOOP ]]; then losetup -d "$LOOP" || true; LOOP=""; fi
+  if [[ -n $FUSE_PID ]]; then
+    timeout 30 fusermount3 -u "$FUSE_DIR" 2>/dev/null || fusermount3 -uz "$FUSE_DIR" 2>/dev/null || true
+    local i
+    for i in $(seq 100); do kill -0 "$FUSE_PID" 2>/dev/null || break; sleep 0.1; done
+    kill "$FUSE_PID" 2>/dev/null || true
+    wait "$FUSE_PID" 2>/dev/null || true
+    FUSE_PID=""
+  fi
+}
+verify_files() {
+  (cd "$MNT/data" && sha256sum --quiet -c "$WORK/sums") ||
+    fail "$1: file checksums differ"
+}
