@@ -5,29 +5,7 @@
 # data persists across connections, and qemu-img convert/compare agree.
 source "$(dirname "$0")/lib.sh"
 
-# qio LABEL CMD... — one qemu-io connection running each CMD; must exit 0
-# with no "failed"/"error" in its output.
-qio() {
-  local label=$1; shift
-  local args=() c out rc=0
-  for c in "$@"; do args+=(-c "$c"); done
-  out=$(timeout 120 qemu-io -f raw "$(nbd_uri)" "${args[@]}" 2>&1) || rc=$?
-  if [[ $rc -ne 0 ]] || grep -qiE 'failed|error|Pattern verification' <<<"$out"; then
-    fail "$label: qemu-io exit $rc, commands: $* ; output:
-$out"
-  fi
-}
 
-# qio_must_fail LABEL CMD... — proves the checker can see a mismatch.
-qio_must_fail() {
-  local label=$1; shift
-  local args=() c out rc=0
-  for c in "$@"; do args+=(-c "$c"); done
-  out=$(timeout 120 qemu-io -f raw "$(nbd_uri)" "${args[@]}" 2>&1) || rc=$?
-  [[ $rc -ne 0 ]] && grep -q 'Pattern verification failed' <<<"$out" ||
-    fail "$label: expected a pattern mismatch (exit 1), got exit $rc:
-$out"
-}
 
 start_server --backing mem:128M --nbd "unix:$SOCK"
 M=$((1 << 20))

@@ -5,33 +5,6 @@
 # connections proves the data outlived the connections that wrote it.
 source "$(dirname "$0")/lib.sh"
 
-# run_fio LABEL ARGS... — fio must exit 0 and every job report error 0 and
-# move bytes; its JSON output is kept in $WORK.
-run_fio() {
-  local label=$1; shift
-  local json=$WORK/fio.${label//[^a-z0-9]/_}.json rc=0
-  # In $WORK, without state files: fio would drop *-verify.state into the cwd.
-  (cd "$WORK" && timeout 400 fio --output-format=json --output="$json" --ioengine=nbd --uri="$(nbd_uri)" \
-    --verify_state_save=0 --group_reporting=0 "$@") 2>"$WORK/fio.stderr" || rc=$?
-  [[ $rc -eq 0 ]] || fail "$label: fio exited $rc: $(tail -n 20 "$WORK/fio.stderr"; grep -m5 -i 'err\|verify' "$json" || true)"
-  python3 - "$json" "$label" <<'EOF' || fail "$label: fio reported errors (above)"
-import json, sys
-text = open(sys.argv[1]).read()
-# fio may print notes before the JSON document.
-doc = json.loads(text[text.index("{"):])
-bad = False
-for job in doc["jobs"]:
-    moved = job["read"]["io_bytes"] + job["write"]["io_bytes"]
-    if job["error"] != 0 or moved == 0:
-        print(f"  job {job['jobname']}: err={job['error']} read={job['read']['io_bytes']} "
-              f"write={job['write']['io_bytes']}", file=sys.stderr)
-        bad = True
-sys.exit(1 if bad else 0)
-EOF
-  grep -qi 'verify.*fail\|bad magic\|crc32c.*mismatch' "$WORK/fio.stderr" &&
-    fail "$label: fio reported a verify failure: $(grep -i -m5 'verify\|magic\|crc' "$WORK/fio.stderr")"
-  server_alive "$label"
-}
 
 start_server --backing mem:512M --nbd "unix:$SOCK"
 

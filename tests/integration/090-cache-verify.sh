@@ -20,52 +20,8 @@ BACKING=$WORK/backing.img
 truncate -s 256M "$CACHE"
 truncate -s 768M "$BACKING"
 
-run_fio() {
-  local label=$1; shift
-  local json=$WORK/fio.${label//[^a-z0-9]/_}.json rc=0
-  # In $WORK, without state files: fio would drop *-verify.state into the cwd.
-  (cd "$WORK" && timeout 300 fio --output-format=json --output="$json" --ioengine=nbd --uri="$(nbd_uri)" \
-    --verify_state_save=0 --group_reporting=0 "$@") 2>"$WORK/fio.stderr" || rc=$?
-  [[ $rc -eq 0 ]] || fail "$label: fio exited $rc: $(tail -n 20 "$WORK/fio.stderr"; grep -m5 -i 'err\|verify' "$json" || true)"
-  python3 - "$json" <<'EOF' || fail "$label: fio reported errors (above)"
-import json, sys
-text = open(sys.argv[1]).read()
-doc = json.loads(text[text.index("{"):])
-bad = False
-for job in doc["jobs"]:
-    moved = job["read"]["io_bytes"] + job["write"]["io_bytes"]
-    if job["error"] != 0 or moved == 0:
-        print(f"  job {job['jobname']}: err={job['error']} read={job['read']['io_bytes']} "
-              f"write={job['write']['io_bytes']}", file=sys.stderr)
-        bad = True
-sys.exit(1 if bad else 0)
-EOF
-  grep -qi 'verify.*fail\|bad magic\|crc32c.*mismatch\|bad header' "$WORK/fio.stderr" &&
-    fail "$label: fio reported a verify failure: $(grep -i -m5 'verify\|magic\|crc\|header' "$WORK/fio.stderr")"
-  server_alive "$label"
-}
 
-qio() {
-  local label=$1; shift
-  local args=() c out rc=0
-  for c in "$@"; do args+=(-c "$c"); done
-  out=$(timeout 120 qemu-io -f raw "$(nbd_uri)" "${args[@]}" 2>&1) || rc=$?
-  if [[ $rc -ne 0 ]] || grep -qiE 'failed|error|Pattern verification' <<<"$out"; then
-    fail "$label: qemu-io exit $rc, commands: $* ; output:
-$out"
-  fi
-}
 
-# The checker itself must see a mismatch.
-qio_must_fail() {
-  local label=$1; shift
-  local args=() c out rc=0
-  for c in "$@"; do args+=(-c "$c"); done
-  out=$(timeout 120 qemu-io -f raw "$(nbd_uri)" "${args[@]}" 2>&1) || rc=$?
-  [[ $rc -ne 0 ]] && grep -q 'Pattern verification failed' <<<"$out" ||
-    fail "$label: expected a pattern mismatch (exit 1), got exit $rc:
-$out"
-}
 
 # stats — the server's last "export 'ubcache': cache_hits ..." line as
 # shell variables hits, misses, bhits, bmisses.
