@@ -148,7 +148,9 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
   // The sequence is taken before the lookup: any write from here on makes a
   // fill of what we read from the backing device a collision.
   op->since = set_->index().Sequence(dev_, req.offset, req.len);
-  std::vector<Extent> hits;
+  // Reused per thread: the loop below only issues I/O (completions never
+  // run inside Submit), so nothing re-enters DoRead while it is in use.
+  thread_local std::vector<Extent> hits;
   Status st = set_->index().Lookup(dev_, req.offset, req.len, &hits);
   if (!st.ok()) {
     // The index cannot be read: serve the whole request from the backing device.
