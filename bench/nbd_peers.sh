@@ -45,7 +45,9 @@ Usage: bench/nbd_peers.sh [options]
 
 Measures with fio's nbd engine (nbd+unix:///?socket=...), in one run:
   group mem:  ubcache serve --backing mem:$MEM_SIZE  vs  nbdkit memory $MEM_SIZE
-              (both pre-written in full by one fio sequential write)
+              (both pre-written in full by one fio sequential write), and
+              nbdkit null $MEM_SIZE: a server doing no work, i.e. what the
+              fio nbd client itself can reach on this machine
   group file: on one filled file (O_DIRECT where the server has it)
               ubcache serve --backing file:FILE
               qemu-nbd --cache=none --aio=io_uring --format=raw --shared=8 --persistent
@@ -254,7 +256,11 @@ if [[ $want_mem == 1 ]]; then
     --threads "$THREADS" || die "ubcache serve (mem) failed to start"
   start_server mem-nbdkit "$NBDKIT" -f --exit-with-parent -U "$raw/mem-nbdkit.sock" memory "$mem_bytes" ||
     die "nbdkit memory failed to start"
-  mem_servers=(ubcache nbdkit)
+  # The client's ceiling: a server that does no work (reads are zeros).
+  # Any server, ubcache included, is bounded by this on this machine.
+  start_server mem-null "$NBDKIT" -f --exit-with-parent -U "$raw/mem-null.sock" null "$mem_bytes" ||
+    die "nbdkit null failed to start"
+  mem_servers=(ubcache nbdkit null)
   fill_nbd mem-ubcache || die "fill failed"
   fill_nbd mem-nbdkit || die "fill failed"
 fi
@@ -314,8 +320,9 @@ import json, os, platform, statistics, sys, time
  versions, started, threads) = sys.argv[1:15]
 workloads, repeat = workloads.split(","), int(repeat)
 groups = groups.split(",")
-SERVERS = {"mem": ["ubcache", "nbdkit"], "file": ["ubcache", "qemu-nbd", "nbdkit", "raw"]}
+SERVERS = {"mem": ["ubcache", "nbdkit", "null"], "file": ["ubcache", "qemu-nbd", "nbdkit", "raw"]}
 LABEL = {("mem", "ubcache"): "ubcache mem", ("mem", "nbdkit"): "nbdkit memory",
+         ("mem", "null"): "nbdkit null (client ceiling)",
          ("file", "ubcache"): "ubcache file", ("file", "qemu-nbd"): "qemu-nbd",
          ("file", "nbdkit"): "nbdkit file", ("file", "raw"): "raw io_uring"}
 bad = 0
@@ -397,9 +404,22 @@ def target(name, value, need):
                     "pass": value is not None and value >= need})
 if "mem" in out:
     target("(i) randread_4k_qd32 ubcache/nbdkit memory >= 1.2", get("mem", "randread_4k_qd32", "nbdkit"), 1.2)
+    # What the client allows at all: nbdkit null / nbdkit memory. Below 1.2,
+    # no server can meet target (i) with this client on this machine.
+    null, mem = (next((r["servers"][k]["iops"] for r in out["mem"] if r["workload"] == "randread_4k_qd32"), None)
+                 for k in ("null", "nbdkit"))
+    ceiling = null / mem if null and mem else None
+    targets.append({"target": "    (client ceiling for (i): nbdkit null / nbdkit memory)", "ratio": ceiling,
+                    "need": 1.2, "pass": ceiling is not None and ceiling >= 1.2, "info": True})
 if "file" in out:
     target("(ii) randread_4k_qd32 ubcache/qemu-nbd >= 2", get("file", "randread_4k_qd32", "qemu-nbd"), 2.0)
     target("(ii) randread_4k_qd32 ubcache/raw >= 0.9", get("file", "randread_4k_qd32", "raw"), 0.9)
+    if "mem" in out:
+        iops = lambda g, k: next((r["servers"][k]["iops"] for r in out[g] if r["workload"] == "randread_4k_qd32"), None)
+        null, rawv = iops("mem", "null"), iops("file", "raw")
+        ceiling = null / rawv if null and rawv else None
+        targets.append({"target": "    (client ceiling for raw: nbdkit null / raw io_uring)", "ratio": ceiling,
+                        "need": 0.9, "pass": ceiling is not None and ceiling >= 0.9, "info": True})
     for row in out["file"]:
         target(f"(ii) {row['workload']} ubcache/qemu-nbd >= 1 (no workload slower)",
                row["ratios"].get("qemu-nbd"), 1.0)
@@ -451,7 +471,8 @@ if busy:
 lines += ["Targets (issue 3):", ""]
 for t in targets:
     v = "—" if t["ratio"] is None else f"{t['ratio']:.2f}"
-    lines.append(f"    {'PASS' if t['pass'] else 'MISS'} {t['target']}: {v}")
+    verdict = "info" if t.get("info") else ("PASS" if t["pass"] else "MISS")
+    lines.append(f"    {verdict} {t['target']}: {v}")
 md = "\n".join(lines) + "\n"
 
 doc = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": cmdline,
