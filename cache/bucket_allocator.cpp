@@ -20,6 +20,10 @@ BucketAllocator::BucketAllocator(Options o)
   for (uint32_t b = 0; b < o_.nbuckets; b++) PublishLocked(b);
   // Hand out low buckets first.
   for (uint32_t b = o_.nbuckets; b-- > o_.first_bucket;) free_.push_back(b);
+  // bcache keeps a free FIFO of a few hundred buckets; here about 1% of
+  // the cache, within [1, 4096].
+  uint32_t usable = o_.nbuckets > o_.first_bucket ? o_.nbuckets - o_.first_bucket : 0;
+  free_target_ = std::clamp<uint32_t>(usable / 128, 1, 4096);
 }
 
 void BucketAllocator::PublishLocked(uint32_t b) {
@@ -34,48 +38,174 @@ void BucketAllocator::SetPrioLocked(uint32_t i, uint16_t prio) {
   PublishLocked(i);
 }
 
-bool BucketAllocator::ReclaimLocked(ReplacementPolicy policy) {
-  // Choose a data bucket to invalidate. A scan, but only when the free list
-  // is empty, and amortised over a whole bucket of allocations.
-  uint32_t victim = UINT32_MAX;
-  uint64_t best = UINT64_MAX;
-  uint32_t n = o_.nbuckets;
-  uint32_t start = policy == ReplacementPolicy::kRandom ? static_cast<uint32_t>(rng_() % n) : 0;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t b = (start + i) % n;
-    const Bucket& k = buckets_[b];
-    if (k.kind != Kind::kData || k.open) continue;
-    if (static_cast<uint8_t>(k.gen - k.gc_gen) >= kMaxGenLead) continue;  // needs GC first
-    uint64_t key = policy == ReplacementPolicy::kLru    ? k.prio
-                   : policy == ReplacementPolicy::kFifo ? k.filled_seq
-                                                        : 0;
-    if (key < best) {
-      best = key;
-      victim = b;
-      if (policy == ReplacementPolicy::kRandom) break;
-    }
+bool BucketAllocator::ReclaimableLocked(uint32_t b) const {
+  const Bucket& k = buckets_[b];
+  return k.kind == Kind::kData && !k.open &&
+         static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead;  // else GC must run first
+}
+
+uint64_t BucketAllocator::VictimKeyLocked(uint32_t b, ReplacementPolicy policy) const {
+  const Bucket& k = buckets_[b];
+  // GC found nothing live in it: dropping it costs no cached data.
+  if (b < live_.size() && live_[b] == 0 && k.filled_seq < live_seq_) return 0;
+  switch (policy) {
+    case ReplacementPolicy::kLru:
+      return 1 + uint64_t{k.prio};
+    case ReplacementPolicy::kFifo:
+      return 1 + k.filled_seq;
+    case ReplacementPolicy::kRandom:
+      break;
   }
-  if (victim == UINT32_MAX) return false;
-  Bucket& v = buckets_[victim];
+  // A fixed pseudo-random order per salt: Refill's choice can be re-checked.
+  uint64_t x = (uint64_t{b} + salt_) * 0x9E3779B97F4A7C15ull;
+  return 1 + ((x ^ (x >> 29)) >> 1);
+}
+
+void BucketAllocator::NoteLeadLocked(const Bucket& k) {
+  uint8_t lead = static_cast<uint8_t>(k.gen - k.gc_gen);
+  max_lead_ = std::max(max_lead_, lead);
+  if (gc_pass_) gc_pass_lead_ = std::max(gc_pass_lead_, lead);
+}
+
+void BucketAllocator::InvalidateLocked(uint32_t b) {
+  Bucket& v = buckets_[b];
   prio_hist_[v.prio / 1024]--;
   counts_[static_cast<int>(Kind::kData)]--;
   counts_[static_cast<int>(Kind::kFree)]++;
   v.kind = Kind::kFree;
   v.gen++;  // every pointer into the bucket is stale from now on
-  max_lead_ = std::max(max_lead_, static_cast<uint8_t>(v.gen - v.gc_gen));
-  PublishLocked(victim);
-  free_.push_back(victim);
-  return true;
+  NoteLeadLocked(v);
+  PublishLocked(b);
+  free_.push_back(b);
+}
+
+bool BucketAllocator::ReclaimWindowLocked(ReplacementPolicy policy) {
+  // The refill thread fell behind. Choose among the next kScanChunk buckets
+  // only, so the wait is bounded; move on to the next window when none of
+  // them can go.
+  const uint32_t n = o_.nbuckets;
+  const bool random = policy == ReplacementPolicy::kRandom;
+  if (random) cursor_ = static_cast<uint32_t>(rng_() % n);  // then the first that can go
+  for (uint32_t scanned = 0; scanned < n;) {
+    uint32_t window = std::min(kScanChunk, n - scanned);
+    uint32_t victim = UINT32_MAX;
+    uint64_t best = UINT64_MAX;
+    for (uint32_t i = 0; i < window; i++) {
+      uint32_t b = cursor_;
+      cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1;
+      if (!ReclaimableLocked(b)) continue;
+      uint64_t key = VictimKeyLocked(b, policy);
+      if (key < best) {
+        best = key;
+        victim = b;
+        if (random) break;
+      }
+    }
+    scanned += window;
+    if (victim != UINT32_MAX) {
+      InvalidateLocked(victim);
+      reclaimed_fg_++;
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t BucketAllocator::Refill(ReplacementPolicy policy) {
+  size_t want;
+  {
+    MutexLock l(&mu_);
+    want = free_.size() < free_target_ ? free_target_ - free_.size() : 0;
+    if (want == 0) return 0;
+    if (policy == ReplacementPolicy::kRandom) salt_ = rng_();
+  }
+  // The `want` best victims, kept in a max-heap on their key while the
+  // buckets are visited a chunk at a time.
+  using Candidate = std::pair<uint64_t, uint32_t>;
+  std::vector<Candidate> best;
+  best.reserve(want + 1);
+  for (uint32_t first = 0; first < o_.nbuckets; first += kScanChunk) {
+    uint32_t last = std::min<uint64_t>(o_.nbuckets, uint64_t{first} + kScanChunk);
+    MutexLock l(&mu_);
+    for (uint32_t b = first; b < last; b++) {
+      if (!ReclaimableLocked(b)) continue;
+      Candidate c{VictimKeyLocked(b, policy), b};
+      if (best.size() < want) {
+        best.push_back(c);
+        std::push_heap(best.begin(), best.end());
+      } else if (c < best.front()) {
+        std::pop_heap(best.begin(), best.end());
+        best.back() = c;
+        std::push_heap(best.begin(), best.end());
+      }
+    }
+  }
+  std::sort(best.begin(), best.end());
+  // Take them, re-checking each: a bucket hit since it was seen has a new
+  // key and stays.
+  size_t done = 0;
+  for (size_t i = 0; i < best.size(); i += kScanChunk) {
+    MutexLock l(&mu_);
+    for (size_t j = i; j < std::min(best.size(), i + kScanChunk); j++) {
+      if (free_.size() >= free_target_) break;
+      auto [key, b] = best[j];
+      if (!ReclaimableLocked(b) || VictimKeyLocked(b, policy) != key) continue;
+      InvalidateLocked(b);
+      done++;
+    }
+    reclaimed_bg_ += done;
+    if (free_.size() >= free_target_) break;
+  }
+  return done;
+}
+
+void BucketAllocator::WantRefill() {
+  if (refill_wanted_.exchange(true, std::memory_order_acq_rel)) return;  // already asked
+  {
+    std::lock_guard<std::mutex> l(wake_mu_);
+  }
+  wake_cv_.notify_one();
+}
+
+void BucketAllocator::StartRefill(std::function<ReplacementPolicy()> policy) {
+  if (refill_.joinable()) return;
+  refill_ = std::thread([this, policy = std::move(policy)] { RefillLoop(policy); });
+}
+
+void BucketAllocator::RefillLoop(std::function<ReplacementPolicy()> policy) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(wake_mu_);
+      wake_cv_.wait_for(l, std::chrono::seconds(1), [this] {
+        return stop_ || refill_wanted_.load(std::memory_order_acquire);
+      });
+      if (stop_) return;
+    }
+    refill_wanted_.store(false, std::memory_order_release);
+    Refill(policy());
+  }
+}
+
+BucketAllocator::~BucketAllocator() { StopRefill(); }
+
+void BucketAllocator::StopRefill() {
+  {
+    std::lock_guard<std::mutex> l(wake_mu_);
+    stop_ = true;
+  }
+  wake_cv_.notify_all();
+  if (refill_.joinable()) refill_.join();
 }
 
 Result<uint32_t> BucketAllocator::TakeFreeLocked(bool metadata, ReplacementPolicy policy) {
   // Data may not dig into the metadata reserve.
   while (free_.size() <= (metadata ? 0 : o_.metadata_reserve)) {
-    if (!ReclaimLocked(policy)) return Status::NoSpace("cache: no bucket can be reclaimed");
+    if (!ReclaimWindowLocked(policy)) return Status::NoSpace("cache: no bucket can be reclaimed");
   }
   uint32_t b = free_.back();
   free_.pop_back();
   counts_[static_cast<int>(Kind::kFree)]--;
+  if (free_.size() < free_target_ / 2 + o_.metadata_reserve + 1) WantRefill();
   return b;
 }
 
@@ -122,7 +252,7 @@ void BucketAllocator::FreeMetadata(uint32_t bucket) {
   // metadata churn would wrap it back onto stale data pointers. Valid()
   // vouches only for data, so an unbumped freed metadata bucket is safe.
   if (static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead) k.gen++;
-  max_lead_ = std::max(max_lead_, static_cast<uint8_t>(k.gen - k.gc_gen));
+  NoteLeadLocked(k);
   PublishLocked(bucket);
   counts_[static_cast<int>(Kind::kMetadata)]--;
   counts_[static_cast<int>(Kind::kFree)]++;
@@ -145,26 +275,48 @@ bool BucketAllocator::Valid(uint64_t cache_offset, uint8_t gen) const {
 }
 
 void BucketAllocator::DecayPriorities() {
-  MutexLock l(&mu_);
-  for (uint32_t i = 0; i < buckets_.size(); i++) {
-    const Bucket& b = buckets_[i];
-    if (b.kind == Kind::kData && b.prio > 0) SetPrioLocked(i, static_cast<uint16_t>(b.prio - 1));
+  for (uint32_t first = 0; first < o_.nbuckets; first += kScanChunk) {
+    uint32_t last = std::min<uint64_t>(o_.nbuckets, uint64_t{first} + kScanChunk);
+    MutexLock l(&mu_);
+    for (uint32_t i = first; i < last; i++) {
+      const Bucket& b = buckets_[i];
+      if (b.kind == Kind::kData && b.prio > 0) SetPrioLocked(i, static_cast<uint16_t>(b.prio - 1));
+    }
   }
 }
 
 void BucketAllocator::MarkGcDone(const std::vector<uint8_t>& at_start) {
-  MutexLock l(&mu_);
-  max_lead_ = 0;
-  for (size_t i = 0; i < buckets_.size(); i++) {
-    if (i < at_start.size()) buckets_[i].gc_gen = at_start[i];
-    max_lead_ = std::max(max_lead_, static_cast<uint8_t>(buckets_[i].gen - buckets_[i].gc_gen));
+  {
+    MutexLock l(&mu_);
+    gc_pass_ = true;
+    gc_pass_lead_ = 0;
   }
+  // Chunks already done record later bumps in gc_pass_lead_; chunks not yet
+  // done are measured when they are reached.
+  uint8_t lead = 0;
+  for (uint32_t first = 0; first < o_.nbuckets; first += kScanChunk) {
+    uint32_t last = std::min<uint64_t>(o_.nbuckets, uint64_t{first} + kScanChunk);
+    MutexLock l(&mu_);
+    for (uint32_t i = first; i < last; i++) {
+      Bucket& b = buckets_[i];
+      if (i < at_start.size()) b.gc_gen = at_start[i];
+      lead = std::max(lead, static_cast<uint8_t>(b.gen - b.gc_gen));
+    }
+  }
+  MutexLock l(&mu_);
+  max_lead_ = std::max(lead, gc_pass_lead_);
+  gc_pass_ = false;
 }
 
+void BucketAllocator::MarkGcDone() { MarkGcDone(GenSnapshot()); }
+
 std::vector<uint8_t> BucketAllocator::GenSnapshot() const {
-  MutexLock l(&mu_);
-  std::vector<uint8_t> gens(buckets_.size());
-  for (size_t i = 0; i < buckets_.size(); i++) gens[i] = buckets_[i].gen;
+  std::vector<uint8_t> gens(o_.nbuckets);
+  for (uint32_t first = 0; first < o_.nbuckets; first += kScanChunk) {
+    uint32_t last = std::min<uint64_t>(o_.nbuckets, uint64_t{first} + kScanChunk);
+    MutexLock l(&mu_);
+    for (uint32_t i = first; i < last; i++) gens[i] = buckets_[i].gen;
+  }
   return gens;
 }
 
@@ -173,10 +325,15 @@ uint8_t BucketAllocator::MaxGenLead() const {
   return max_lead_;
 }
 
-void BucketAllocator::MarkGcDone() {
+void BucketAllocator::SetLiveBytes(std::vector<uint32_t> live, uint64_t seq_at_start) {
   MutexLock l(&mu_);
-  max_lead_ = 0;
-  for (Bucket& b : buckets_) b.gc_gen = b.gen;
+  live_.swap(live);
+  live_seq_ = seq_at_start;
+}  // the old vector is freed here, after mu_ is released
+
+uint64_t BucketAllocator::fill_seq() const {
+  MutexLock l(&mu_);
+  return fill_seq_;
 }
 
 BucketAllocator::Usage BucketAllocator::usage() const {
@@ -187,6 +344,8 @@ BucketAllocator::Usage BucketAllocator::usage() const {
   u.data = counts_[static_cast<int>(Kind::kData)];
   u.metadata = counts_[static_cast<int>(Kind::kMetadata)];
   u.reserved = counts_[static_cast<int>(Kind::kReserved)];
+  u.reclaimed_background = reclaimed_bg_;
+  u.reclaimed_foreground = reclaimed_fg_;
   std::copy(std::begin(prio_hist_), std::end(prio_hist_), u.prio_histogram);
   return u;
 }

@@ -16,6 +16,18 @@
 // priority buckets are reclaimed first, with fifo the oldest filled, with
 // random any. A reserve of buckets is kept for metadata (btree nodes).
 //
+// Reclaim is incremental, as bcache's allocator thread keeps a free FIFO
+// filled: a background thread (StartRefill) tops the free list up to
+// free_target() before it runs dry, scanning the buckets kScanChunk at a
+// time with mu_ taken per chunk. A foreground Allocate() that still finds
+// the free list empty reclaims from a window of at most kScanChunk buckets
+// (an approximation of the policy), so no request waits on a scan of the
+// whole cache. Every other whole-cache pass (priority decay, GC's
+// generation snapshot and bookkeeping) also holds mu_ one chunk at a time.
+//
+// GC (CacheSet::RunGc) reports each bucket's live bytes (SetLiveBytes);
+// reclaim takes buckets GC found empty before any others.
+//
 // Thread safety: changes take mu_. The read-hit path takes no lock: each
 // bucket's (gen, kind, prio) is also published in one atomic word, so
 // Valid() is a load and Touch() locks only when the priority has decayed.
@@ -24,9 +36,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cache/knobs.h"
@@ -40,6 +57,8 @@ class BucketAllocator {
   static constexpr uint8_t kMaxGenLead = 96;  // bcache's BUCKET_GC_GEN_MAX
   static constexpr uint16_t kInitialPrio = 32768;
   static constexpr unsigned kPrioBins = 64;
+  // Buckets visited per hold of mu_ by any pass over the buckets.
+  static constexpr uint32_t kScanChunk = 4096;
 
   enum class Kind : uint8_t { kFree, kData, kMetadata, kReserved };
 
@@ -58,6 +77,7 @@ class BucketAllocator {
   };
 
   explicit BucketAllocator(Options o);
+  ~BucketAllocator();  // stops the refill thread
 
   // `len` bytes (<= bucket size) of data space for writer `w`; NoSpace
   // when every bucket is in use and none can be reclaimed.
@@ -82,8 +102,25 @@ class BucketAllocator {
   // The largest gen - gc_gen over all buckets: how urgently GC is needed.
   uint8_t MaxGenLead() const EXCLUDES(mu_);
 
+  // GC's count of live bytes per bucket (indexed by bucket), taken by a pass
+  // that started when fill_seq() was `seq_at_start`: buckets filled before
+  // then with no live bytes are reclaimed first. Swapped in, O(1) under mu_.
+  void SetLiveBytes(std::vector<uint32_t> live, uint64_t seq_at_start) EXCLUDES(mu_);
+  uint64_t fill_seq() const EXCLUDES(mu_);
+
+  // Background reclaim. Refill() tops the free list up to free_target()
+  // with the policy's best victims, a chunk at a time; returns how many
+  // buckets it reclaimed. StartRefill() runs it on a thread of its own,
+  // woken when the free list drops below half the target (and once a
+  // second); the destructor stops it.
+  size_t Refill(ReplacementPolicy policy) EXCLUDES(mu_);
+  void StartRefill(std::function<ReplacementPolicy()> policy);
+  void StopRefill();
+  uint32_t free_target() const { return free_target_; }
+
   struct Usage {
     uint64_t buckets, free, data, metadata, reserved;
+    uint64_t reclaimed_background, reclaimed_foreground;  // buckets, since start
     uint64_t prio_histogram[kPrioBins];  // data buckets by priority / 1024
   };
   Usage usage() const EXCLUDES(mu_);
@@ -104,7 +141,16 @@ class BucketAllocator {
   };
 
   Result<uint32_t> TakeFreeLocked(bool metadata, ReplacementPolicy policy) REQUIRES(mu_);
-  bool ReclaimLocked(ReplacementPolicy policy) REQUIRES(mu_);
+  // Foreground: reclaims the best victim of the next window of buckets.
+  bool ReclaimWindowLocked(ReplacementPolicy policy) REQUIRES(mu_);
+  // Can bucket b be reclaimed now, and at what cost (lower goes first)?
+  bool ReclaimableLocked(uint32_t b) const REQUIRES(mu_);
+  uint64_t VictimKeyLocked(uint32_t b, ReplacementPolicy policy) const REQUIRES(mu_);
+  void InvalidateLocked(uint32_t b) REQUIRES(mu_);
+  // A bucket's gen moved ahead of its gc_gen: track the largest lead.
+  void NoteLeadLocked(const Bucket& k) REQUIRES(mu_);
+  void WantRefill();
+  void RefillLoop(std::function<ReplacementPolicy()> policy);
   void SetPrioLocked(uint32_t b, uint16_t prio) REQUIRES(mu_);
   // Mirrors bucket b's gen, kind and prio into published_ after a change.
   void PublishLocked(uint32_t b) REQUIRES(mu_);
@@ -120,6 +166,23 @@ class BucketAllocator {
   std::vector<Writer> writers_ GUARDED_BY(mu_);
   uint64_t fill_seq_ GUARDED_BY(mu_) = 0;
   uint8_t max_lead_ GUARDED_BY(mu_) = 0;  // max of gen - gc_gen, kept as gens move
+  // While a chunked MarkGcDone pass runs, the largest lead made by bumps.
+  bool gc_pass_ GUARDED_BY(mu_) = false;
+  uint8_t gc_pass_lead_ GUARDED_BY(mu_) = 0;
+  std::vector<uint32_t> live_ GUARDED_BY(mu_);  // from the last GC, or empty
+  uint64_t live_seq_ GUARDED_BY(mu_) = 0;
+  uint32_t cursor_ GUARDED_BY(mu_) = 0;  // next window of the foreground reclaim
+  uint64_t salt_ GUARDED_BY(mu_) = 0;    // the random policy's order
+  uint64_t reclaimed_bg_ GUARDED_BY(mu_) = 0;
+  uint64_t reclaimed_fg_ GUARDED_BY(mu_) = 0;
+  uint32_t free_target_ = 0;
+
+  // The refill thread and its wake-up.
+  std::atomic<bool> refill_wanted_{false};
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool stop_ = false;  // under wake_mu_
+  std::thread refill_;
   uint64_t counts_[4] GUARDED_BY(mu_) = {};
   uint64_t prio_hist_[kPrioBins] GUARDED_BY(mu_) = {};
   std::mt19937_64 rng_ GUARDED_BY(mu_){42};

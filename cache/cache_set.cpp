@@ -27,6 +27,8 @@ Result<std::unique_ptr<CacheSet>> CacheSet::Create(BlockDevice* cache_dev, Optio
   ExtentIndex::Options io;
   io.cache_bytes = o.btree_cache_size;
   UB_ASSIGN_OR_RETURN(set->index_, ExtentIndex::Create(set->store_.get(), io));
+  set->buckets_->StartRefill(
+      [s = set.get()] { return s->knobs_.replacement.load(std::memory_order_relaxed); });
   set->hk_ = std::thread([s = set.get()] { s->Housekeeping(); });
   UB_INFO("cache set on {}: {} buckets of {}", cache_dev->Describe(), nbuckets - first,
           FormatSize(o.bucket_size));
@@ -40,26 +42,39 @@ CacheSet::~CacheSet() {
   }
   hk_cv_.notify_all();
   if (hk_.joinable()) hk_.join();
+  buckets_->StopRefill();  // it reads knobs_, which goes before buckets_
 }
 
 Result<uint64_t> CacheSet::RunGc() {
   std::lock_guard<std::mutex> one_at_a_time(gc_mu_);
-  std::vector<uint8_t> gens = buckets_->GenSnapshot();
-  std::vector<Extent> stale;
+  BucketAllocator& buckets = *buckets_;
+  std::vector<uint8_t> gens = buckets.GenSnapshot();
+  uint64_t seq_at_start = buckets.fill_seq();
+  // bcache's btree GC in one pass: count every bucket's live bytes and drop
+  // the pointers whose bucket has been reused. The index holds no lock
+  // while the callback runs, so dropping happens as the walk goes.
+  std::vector<uint32_t> live(buckets.options().nbuckets, 0);
+  uint64_t dropped = 0;
+  Status drop_status;
   Status st = index_->ForEach([&](const Extent& e) {
-    if (!buckets_->Valid(e.cache_offset, e.gen)) stale.push_back(e);
+    if (buckets.Valid(e.cache_offset, e.gen)) {
+      live[buckets.BucketOf(e.cache_offset)] += static_cast<uint32_t>(e.len);
+      return;
+    }
+    // Invalidating the range may also drop a fresh extent inserted there
+    // since the walk saw the stale one: that is a future miss, never stale
+    // data (the backing device has everything; writeback must revisit this).
+    Status s = index_->Invalidate(e.dev, e.start, e.len);
+    if (!s.ok() && drop_status.ok()) drop_status = s;
+    dropped++;
   });
   if (!st.ok()) return st;
-  for (const Extent& e : stale) {
-    // Invalidating the range may also drop a fresh extent inserted there
-    // since ForEach saw the stale one: that is a future miss, never stale
-    // data (the backing device has everything; writeback must revisit this).
-    UB_RETURN_IF_ERROR(index_->Invalidate(e.dev, e.start, e.len));
-  }
-  buckets_->MarkGcDone(gens);
+  if (!drop_status.ok()) return drop_status;
+  buckets.MarkGcDone(gens);
+  buckets.SetLiveBytes(std::move(live), seq_at_start);
   gc_runs_.fetch_add(1, std::memory_order_relaxed);
-  UB_DEBUG("cache gc: dropped {} stale extents", stale.size());
-  return static_cast<uint64_t>(stale.size());
+  UB_DEBUG("cache gc: dropped {} stale extents", dropped);
+  return dropped;
 }
 
 void CacheSet::Housekeeping() {

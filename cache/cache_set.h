@@ -48,12 +48,14 @@ class CacheSet {
   CacheKnobs& knobs() { return knobs_; }
   const Options& options() const { return o_; }
 
-  // Garbage collection, as bcache's btree GC does for its buckets: drops
-  // every extent whose bucket generation has moved on (a stale pointer is
-  // already a miss; dropping it lets the generation run ahead again without
-  // wrapping onto it). Runs from housekeeping when a bucket's generation
-  // lead passes half of kMaxGenLead; foreground requests never wait on it —
-  // it holds one index shard at a time, for one batch of extents.
+  // Garbage collection, as bcache's btree GC does for its buckets: counts
+  // every bucket's live bytes (reclaim then takes empty buckets first) and
+  // drops every extent whose bucket generation has moved on (a stale
+  // pointer is already a miss; dropping it lets the generation run ahead
+  // again without wrapping onto it). Runs from housekeeping when a bucket's
+  // generation lead passes half of kMaxGenLead; foreground requests never
+  // wait on it — it holds one index shard at a time for one batch of
+  // extents, and the allocator's lock for one chunk of buckets at a time.
   // Returns the number of stale extents dropped.
   Result<uint64_t> RunGc();
   uint64_t gc_runs() const { return gc_runs_.load(std::memory_order_relaxed); }
