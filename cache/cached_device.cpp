@@ -33,6 +33,37 @@ struct CachedDevice::ReadOp {
   uint64_t since = 0;
   int pending = 1;  // pieces in flight, plus one until all are issued
   Status status;
+
+  // A read is begun and ended on one reactor thread (completions run where
+  // they were submitted), so each thread recycles its own ops: no malloc per
+  // request on the hit path.
+  static ReadOp* New() {
+    auto& pool = Pool();
+    if (pool.empty()) return new ReadOp();
+    ReadOp* op = pool.back();
+    pool.pop_back();
+    return op;
+  }
+  static void Recycle(ReadOp* op) {
+    auto& pool = Pool();
+    if (pool.size() >= 1024) {
+      delete op;
+      return;
+    }
+    *op = ReadOp();
+    pool.push_back(op);
+  }
+
+ private:
+  struct OwnedPool : std::vector<ReadOp*> {
+    ~OwnedPool() {
+      for (ReadOp* op : *this) delete op;
+    }
+  };
+  static OwnedPool& Pool() {
+    thread_local OwnedPool pool;
+    return pool;
+  }
 };
 
 CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
@@ -93,7 +124,7 @@ void CachedDevice::PieceDone(ReadOp* op, Status st) {
   }
   IoDone done = std::move(op->done);
   Status result = std::move(op->status);
-  delete op;
+  ReadOp::Recycle(op);
   done(std::move(result));
 }
 
@@ -138,7 +169,7 @@ void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
 }
 
 void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
-  auto* op = new ReadOp();
+  ReadOp* op = ReadOp::New();
   op->d = this;
   op->req = req;
   op->done = std::move(done);
