@@ -12,6 +12,7 @@
 #include "cache/cached_device.h"
 #include "cache/superblock.h"
 #include "frontend/nbd_server.h"
+#include "frontend/ublk_server.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "util/clock.h"
@@ -64,13 +65,42 @@ void LogStats(const std::string& name, CachedDevice& dev) {
           FormatSize(static_cast<uint64_t>(g.bypassed)));
 }
 
+// The --ublk devices, one per export, started (or with --recover
+// reattached); exits 2 with a one-line error when that fails. Null without
+// --ublk or --recover.
+std::unique_ptr<UblkServer> StartUblk(const Args& args, const std::vector<NbdExport>& exports,
+                                      uint32_t io_opt) {
+  if (!args.Has("ublk") && !args.Has("recover")) return nullptr;
+  UblkServerOptions o;
+  auto num = [&](const char* flag, uint64_t max) {
+    auto v = ParseUint(args.Get(flag), 0, max, std::string("--") + flag);
+    if (!v.ok()) args.UsageError(v.status().message());
+    return *v;
+  };
+  if (args.Has("ublk-id")) o.first_id = static_cast<int>(num("ublk-id", 1u << 20));
+  if (args.Has("recover")) {
+    o.first_id = static_cast<int>(num("recover", 1u << 20));
+    o.recover = true;
+  }
+  o.queues = static_cast<unsigned>(num("queues", 256));
+  o.depth = static_cast<unsigned>(num("depth", 4096));
+  if (o.depth == 0) args.UsageError("--depth must be at least 1");
+  std::vector<UblkExport> ue;
+  for (const NbdExport& e : exports) ue.push_back({e.name, e.device, e.read_only, io_opt});
+  auto server = std::make_unique<UblkServer>(std::move(ue), o);
+  Status st = server->Start();
+  if (!st.ok()) Die(2, st.message());
+  return server;
+}
+
 }  // namespace
 
 int ServeMain(int argc, char** argv) {
-  Args args("serve", "--backing SPEC --nbd unix:PATH|tcp:HOST:PORT [options]",
-            "Serves SPEC as an NBD export on every --nbd address until SIGTERM or\n"
-            "Ctrl-C; then stops accepting, finishes requests in flight, flushes and\n"
-            "exits 0. Attach with any NBD client, e.g.\n"
+  Args args("serve", "--backing SPEC (--nbd unix:PATH|tcp:HOST:PORT | --ublk) [options]",
+            "Serves SPEC as an NBD export on every --nbd address and/or, with --ublk, as\n"
+            "/dev/ublkbN, until SIGTERM or Ctrl-C; then stops accepting, finishes\n"
+            "requests in flight, flushes, deletes the ublk devices and exits 0. Attach\n"
+            "with any NBD client, e.g.\n"
             "  nbdinfo 'nbd+unix:///?socket=PATH'\n"
             "  nbd-client -unix PATH /dev/nbd0\n"
             "  qemu-io -f raw 'nbd+unix:///?socket=PATH'\n"
@@ -87,6 +117,14 @@ int ServeMain(int argc, char** argv) {
       .Option("cache-replacement-policy", "POLICY", "lru, fifo, random", "lru")
       .Option("nbd", "ADDR", "listen on unix:PATH or tcp:HOST:PORT (TCP only when asked)",
               std::nullopt, true)
+      .Flag("ublk", "also serve every export as a ublk block device /dev/ublkbN (needs root "
+                    "and the ublk_drv module)")
+      .Option("ublk-id", "N", "ublk device id of the first export (then N+1, ...); default: any free")
+      .Option("queues", "Q", "ublk queues per device, each one thread with its own io_uring "
+                             "(0: one per core)", "0")
+      .Option("depth", "D", "ublk queue depth", "128")
+      .Option("recover", "N",
+              "reattach the ublk devices N, N+1, ... that a killed server left (implies --ublk)")
       .Option("export", "NAME",
               "export name, one per --backing in order (the empty name selects the first)",
               "ubcache", true)
@@ -97,7 +135,8 @@ int ServeMain(int argc, char** argv) {
   args.Parse(argc - 1, argv + 1);
   if (!args.positional().empty()) args.UsageError("unexpected argument '" + args.positional()[0] + "'");
   if (!args.Has("backing")) args.UsageError("--backing SPEC is required");
-  if (!args.Has("nbd")) args.UsageError("--nbd unix:PATH or tcp:HOST:PORT is required");
+  if (!args.Has("nbd") && !args.Has("ublk") && !args.Has("recover"))
+    args.UsageError("--nbd unix:PATH, tcp:HOST:PORT or --ublk is required");
   auto threads = ParseUint(args.Get("threads"), 0, 256, "--threads");
   if (!threads.ok()) args.UsageError(threads.status().message());
 
@@ -159,6 +198,7 @@ int ServeMain(int argc, char** argv) {
   std::unique_ptr<BlockDevice> cache_dev;
   std::unique_ptr<CacheSet> set;
   std::vector<std::unique_ptr<CachedDevice>> cached;
+  uint32_t io_opt = 0;  // the cache's bucket: the I/O size it prefers
   if (args.Has("cache")) {
     auto dev = OpenDevice(args.Get("cache"), OpenOptions{});
     if (!dev.ok()) Die(2, dev.status().message());
@@ -181,6 +221,7 @@ int ServeMain(int argc, char** argv) {
     } else if (*kind != SuperblockKind::kNone) {
       Die(2, args.Get("cache") + ": holds a backing or bcache superblock, not a cache");
     }
+    io_opt = static_cast<uint32_t>(co.bucket_size);
     auto s = CacheSet::Create(cache_dev.get(), co);
     if (!s.ok()) Die(2, s.status().message());
     set = std::move(s).value();
@@ -200,13 +241,23 @@ int ServeMain(int argc, char** argv) {
     exports.push_back(e);
   }
 
-  NbdServerOptions so;
-  so.listen = args.GetAll("nbd");
-  so.threads = static_cast<unsigned>(*threads);
-  NbdServer server(std::move(exports), so);
-  Status st = server.Start();
-  if (!st.ok()) Die(2, st.message());
-  st = server.Run();
+  std::unique_ptr<UblkServer> ublk = StartUblk(args, exports, io_opt);
+  Status st;
+  if (args.Has("nbd")) {
+    NbdServerOptions so;
+    so.listen = args.GetAll("nbd");
+    so.threads = static_cast<unsigned>(*threads);
+    NbdServer server(std::move(exports), so);
+    st = server.Start();
+    if (!st.ok()) Die(2, st.message());
+    st = server.Run();
+  } else {
+    ublk->WaitForSignal();
+  }
+  if (ublk) {
+    Status ust = ublk->Stop();
+    if (st.ok()) st = ust;
+  }
   for (size_t i = 0; i < cached.size(); i++) LogStats(names[i], *cached[i]);
   if (!st.ok()) {
     UB_ERROR("{}", st.ToString());

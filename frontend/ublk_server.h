@@ -1,0 +1,89 @@
+// UblkServer: serves BlockDevices as /dev/ublkbN block devices through the
+// kernel's ublk driver — one ublk device per export.
+//
+// Start() creates each device through /dev/ublk-control (ADD_DEV with the
+// features this kernel offers, SET_PARAMS, then the queue threads, then
+// START_DEV, which reads the device for its partition scan and so needs the
+// queues already serving), or with `recover` reattaches devices a killed
+// server left behind (START_USER_RECOVERY, queues, END_USER_RECOVERY); the
+// driver reissues the requests the dead server had in flight.
+//
+// Stop() is STOP_DEV (the kernel drains the device and aborts our pending
+// fetches), then a flush of every export, then the queue threads end and
+// release /dev/ublkcN, then DEL_DEV. A second SIGINT/SIGTERM while stopping
+// gives up waiting and returns at once.
+//
+// The frontend holds no policy: each queue maps requests onto BlockDevice
+// calls, exactly as the NBD server does. The server never opens /dev/ublkbN.
+//
+// Thread safety: Start(), WaitForSignal() and Stop() from one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/block_device.h"
+#include "frontend/ublk_control.h"
+#include "frontend/ublk_queue.h"
+#include "util/status.h"
+
+namespace ubcache {
+
+struct UblkExport {
+  std::string name;
+  BlockDevice* device = nullptr;  // not owned; outlives the server
+  bool read_only = false;
+  uint32_t io_opt = 0;  // preferred I/O size (the cache bucket), 0: none
+};
+
+struct UblkServerOptions {
+  int first_id = -1;     // device id of the first export (then +1, ...); -1: any free
+  bool recover = false;  // reattach the devices at first_id.. instead of adding
+  unsigned queues = 0;   // 0: one per core
+  unsigned depth = 128;
+  uint32_t max_io_bytes = 512 * 1024;
+};
+
+class UblkServer {
+ public:
+  UblkServer(std::vector<UblkExport> exports, UblkServerOptions options);
+  ~UblkServer();  // Stop()s if needed
+
+  Status Start();
+  // Blocks until SIGINT or SIGTERM (blocked by the caller before any thread
+  // started).
+  void WaitForSignal();
+  // Stops and deletes every device; returns the first flush or control error.
+  Status Stop();
+
+  static std::string BlockPath(uint32_t id);  // "/dev/ublkb0"
+
+ private:
+  struct Dev {
+    UblkExport exp;
+    uint32_t id = 0;
+    bool added = false;
+    bool started = false;
+    int char_fd = -1;
+    std::vector<std::unique_ptr<UblkQueue>> queues;
+  };
+  Status StartOne(Dev& d, uint64_t features);
+  Status RecoverOne(Dev& d);
+  Status OpenCharDev(Dev& d);
+  Status StartQueues(Dev& d, unsigned nr_queues, unsigned depth, uint32_t max_io, bool user_copy);
+  // Waits until every queue of `d` drained (or stays backend-idle past a
+  // grace period); false on a second signal.
+  bool WaitDrained(Dev& d);
+  Status FlushExport(Dev& d);
+  void ReleaseQueues(Dev& d);
+  bool SecondSignal();
+
+  std::vector<Dev> devs_;
+  UblkServerOptions options_;
+  std::unique_ptr<UblkControl> ctrl_;
+  int signal_fd_ = -1;
+  bool abandoned_ = false;  // a second signal: stop waiting for anything
+};
+
+}  // namespace ubcache

@@ -1,0 +1,42 @@
+# vm_lib.sh — sourced (after lib.sh) by the tests that need a kernel driver
+# this machine lacks (ublk_drv, nbd): they run a guest script under
+# vm-run, a throw-away qemu guest with Debian's 6.12 kernel.
+#
+# Provides:
+#   VM_RUN                 the vm-run tool: $VM_RUN, else $UBCACHE_SRC/../shared/tools/vm-run,
+#                          else /work/shared/tools/vm-run; the test FAILS if none exists
+#   vm_guest SCRIPT [OPTS] runs `sh SCRIPT` in a guest with $UBCACHE, guest_lib.sh and
+#                          SCRIPT copied in (extra vm-run OPTS before them, e.g. --disk);
+#                          output in $WORK/vm.N.log; fails the test unless the guest
+#                          script exits 0
+#   disk_image PATH SIZE   a sparse raw image for --disk
+# Guest timings are functional only: the guest runs under software emulation.
+
+if [[ -z ${VM_RUN:-} ]]; then
+  for c in "$UBCACHE_SRC/../shared/tools/vm-run" /work/shared/tools/vm-run; do
+    if [[ -x $c ]]; then VM_RUN=$c; break; fi
+  done
+fi
+[[ -n ${VM_RUN:-} && -x $VM_RUN ]] ||
+  fail "vm-run not found (set VM_RUN, or provide \$UBCACHE_SRC/../shared/tools/vm-run): this test needs a guest kernel with ublk_drv/nbd"
+
+VM_COUNT=0
+vm_guest() {
+  local script=$1; shift
+  VM_COUNT=$((VM_COUNT + 1))
+  local out=$WORK/vm.$VM_COUNT.log rc=0 start=$SECONDS
+  log "guest run $VM_COUNT: $(basename "$script")"
+  "$VM_RUN" --timeout "${VM_TIMEOUT:-400}" --cwd "$WORK" --with "$UBCACHE" \
+    --file "$INTEGRATION_DIR/guest_lib.sh" --file "$script" \
+    --env "UBCACHE=$UBCACHE" --env "GUEST_LIB=$INTEGRATION_DIR/guest_lib.sh" \
+    "$@" -- sh "$script" >"$out" 2>&1 || rc=$?
+  log "guest run $VM_COUNT: exit $rc after $((SECONDS - start))s (emulated; functional timing only)"
+  if [[ $rc -ne 0 ]]; then
+    echo "---- guest output ($out) ----" >&2
+    tail -n 80 "$out" >&2
+    echo "---- end of guest output ----" >&2
+    fail "guest script $(basename "$script") exited with status $rc"
+  fi
+}
+
+disk_image() { rm -f "$1"; truncate -s "$2" "$1"; }
