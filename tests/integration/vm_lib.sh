@@ -37,6 +37,7 @@ vm_guest() {
     echo "---- end of guest output ----" >&2
     fail "guest script $(basename "$script") exited with status $rc"
   fi
+  grep '^guest:' "$out" >&2 || true
 }
 
 disk_image() { rm -f "$1"; truncate -s "$2" "$1"; }
