@@ -10,6 +10,7 @@
 #                          output in $WORK/vm.N.log; fails the test unless the guest
 #                          script exits 0
 #   disk_image PATH SIZE   a sparse raw image for --disk
+# VM_VERBOSE=1 prints the whole guest output of a passing run too.
 # Guest timings are functional only: the guest runs under software emulation.
 
 if [[ -z ${VM_RUN:-} ]]; then
@@ -37,7 +38,7 @@ vm_guest() {
     echo "---- end of guest output ----" >&2
     fail "guest script $(basename "$script") exited with status $rc"
   fi
-  grep '^guest:' "$out" >&2 || true
+  if [[ -n ${VM_VERBOSE:-} ]]; then cat "$out" >&2; else grep '^guest:' "$out" >&2 || true; fi
 }
 
 disk_image() { rm -f "$1"; truncate -s "$2" "$1"; }
