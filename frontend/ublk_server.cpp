@@ -111,7 +111,7 @@ Status UblkServer::Start() {
   for (size_t i = 0; i < devs_.size() && st.ok(); i++) {
     Dev& d = devs_[i];
     d.id = options_.first_id < 0 ? ~0u : static_cast<uint32_t>(options_.first_id) + static_cast<uint32_t>(i);
-    st = options_.recover ? RecoverOne(d) : StartOne(d, features);
+    st = options_.recover ? RecoverOne(d, features) : StartOne(d, features);
   }
   if (!st.ok()) {
     [[maybe_unused]] Status ignored = Stop();
@@ -180,9 +180,17 @@ Status UblkServer::StartOne(Dev& d, uint64_t features) {
   return Status::OK();
 }
 
-Status UblkServer::RecoverOne(Dev& d) {
-  std::string name = "ublk device " + std::to_string(d.id);
+Status UblkServer::RecoverOne(Dev& d, uint64_t features) {
+  std::string name = "device " + std::to_string(d.id);
   UB_ASSIGN_OR_RETURN(ublk::DevInfo info, ctrl_->GetDevInfo(d.id));
+  if (info.state == ublk::kStateDead) {
+    // Stopped (a server's STOP_DEV, abandoned by a second signal): its block
+    // device is gone with nothing in flight, so there is nothing to reattach;
+    // the id is deleted and added anew.
+    UB_WARN("ublk {} was stopped, not killed: deleting it and adding it anew", name);
+    UB_RETURN_IF_ERROR(ctrl_->DelDev(d.id));
+    return StartOne(d, features);
+  }
   if (!(info.flags & ublk::kFUserRecovery))
     return Status::InvalidArgument("ublk: " + name + " was created without user recovery");
   UB_ASSIGN_OR_RETURN(ublk::Params params, ctrl_->GetParams(d.id));
@@ -199,9 +207,14 @@ Status UblkServer::RecoverOne(Dev& d) {
   while (true) {
     Status st = ctrl_->StartUserRecovery(d.id);
     if (st.ok()) break;
-    if (st.code() != Status::Code::kBusy || NowNanos() > deadline) return st;
+    if (st.code() != Status::Code::kBusy) return st;
+    if (NowNanos() > deadline) {
+      auto now = ctrl_->GetDevInfo(d.id);
+      return Status::Busy("ublk: " + name + " did not become recoverable in 30 s (state " +
+                          (now.ok() ? std::to_string(now->state) : now.status().message()) + ")");
+    }
     if (SecondSignal()) return Status::Shutdown("ublk: interrupted");
-    if (!noted) UB_INFO("{}: waiting for the driver to quiesce it", name);
+    if (!noted) UB_INFO("ublk {}: waiting for the driver to quiesce it", name);
     noted = true;
     SleepMs(100);
   }

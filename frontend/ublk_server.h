@@ -69,7 +69,7 @@ class UblkServer {
     std::vector<std::unique_ptr<UblkQueue>> queues;
   };
   Status StartOne(Dev& d, uint64_t features);
-  Status RecoverOne(Dev& d);
+  Status RecoverOne(Dev& d, uint64_t features);
   Status OpenCharDev(Dev& d);
   Status StartQueues(Dev& d, unsigned nr_queues, unsigned depth, uint32_t max_io, bool user_copy);
   // Waits until every queue of `d` drained (or stays backend-idle past a

@@ -8,7 +8,7 @@
 #   vm_guest SCRIPT [OPTS] runs `sh SCRIPT` in a guest with $UBCACHE, guest_lib.sh and
 #                          SCRIPT copied in (extra vm-run OPTS before them, e.g. --disk);
 #                          output in $WORK/vm.N.log; fails the test unless the guest
-#                          script exits 0
+#                          script exits 0 after printing its last line, `guest: OK`
 #   disk_image PATH SIZE   a sparse raw image for --disk
 # VM_VERBOSE=1 prints the whole guest output of a passing run too.
 # Guest timings are functional only: the guest runs under software emulation.
@@ -38,6 +38,9 @@ vm_guest() {
     echo "---- end of guest output ----" >&2
     fail "guest script $(basename "$script") exited with status $rc"
   fi
+  # A guest script ends with `say OK`: a script that stopped early (or never
+  # ran) does not pass.
+  grep -q '^guest: OK' "$out" || { tail -n 40 "$out" >&2; fail "guest script $(basename "$script") did not reach its end"; }
   if [[ -n ${VM_VERBOSE:-} ]]; then cat "$out" >&2; else grep '^guest:' "$out" >&2 || true; fi
 }
 
