@@ -5,8 +5,10 @@
 # (blkdiscard, blkdiscard -z); mkfs.ext4 (which discards and zeroes),
 # mount, files written, sync (FLUSH/FUA through the ext4 journal), umount,
 # e2fsck -fn clean; then the daemon is restarted on the same disks and the
-# files are re-read and checked: the statistics line logged at SIGTERM
-# shows cache hits on that re-read (a warm cache), and e2fsck stays clean.
+# files are read and checked twice (page cache dropped between): the
+# statistics line logged at SIGTERM shows cache hits, and e2fsck stays
+# clean. (The index is still in RAM — issue 4's node store — so a restart
+# starts cold and the hits come from the second read.)
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 
@@ -59,9 +61,12 @@ stop_srv
 # Restart on the same cache: the files come back (from the cache).
 start_srv 1 $SERVE
 fsck_clean /dev/ublkb0
-mount -t ext4 -o ro /dev/ublkb0 /mnt/u || fail "mount after restart failed"
-(cd /mnt/u/data && sha256sum -c -s /tmp/sums) || fail "files differ after the restart"
-umount /mnt/u
+for pass in 1 2; do
+  mount -t ext4 -o ro /dev/ublkb0 /mnt/u || fail "mount after restart failed"
+  (cd /mnt/u/data && sha256sum -c -s /tmp/sums) || fail "files differ after the restart (read $pass)"
+  umount /mnt/u
+  echo 3 >/proc/sys/vm/drop_caches
+done
 no_request_errors
 stop_srv
 h=$(hits)
