@@ -25,6 +25,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
+BENCH=cache_bench
 
 DIR=/var/tmp/ubcache-bench
 CACHE_SIZE=2G
@@ -82,8 +84,6 @@ Environment: FIO, PYTHON override the commands. Needs fio (nbd engine), python3.
 EOF
 }
 
-die() { echo "cache_bench: $*" >&2; exit 2; }
-
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) DIR=${2:?--dir needs a directory}; shift 2 ;;
@@ -120,14 +120,6 @@ for s in "${secs[@]}"; do
   case "$s" in 1) want1=1 ;; 2) want2=1 ;; *) die "--sections: unknown section '$s'" ;; esac
 done
 
-to_bytes() {
-  "$PYTHON" - "$1" <<'EOF'
-import re, sys
-m = re.fullmatch(r'(\d+)([kKmMgGtT]?)i?[bB]?', sys.argv[1])
-if not m: sys.exit("bad size")
-print(int(m.group(1)) << (10 * " kmgt".index(m.group(2).lower() or " ")))
-EOF
-}
 cache_bytes=$(to_bytes "$CACHE_SIZE") || die "--cache-size: cannot parse '$CACHE_SIZE'"
 backing_bytes=$(to_bytes "$BACKING_SIZE") || die "--backing-size: cannot parse '$BACKING_SIZE'"
 ws_bytes=$(to_bytes "$WS") || die "--ws: cannot parse '$WS'"
@@ -146,76 +138,7 @@ BACKING="$DIR/cache_bench-backing.img"
 stamp=$(date +%Y%m%d-%H%M%S)
 started=$(date "+%Y-%m-%d %H:%M:%S %z")
 mkdir -p "$OUT" "$DIR"
-raw=$(mktemp -d "${TMPDIR:-/tmp}/cache_bench.XXXXXX")
-failures=0
-declare -A PID SOCK URI
-
-# Only the servers this script started, by PID.
-stop_server() {  # stop_server NAME: SIGTERM, wait (stats line goes to its log)
-  local p=${PID[$1]:-}
-  [[ -n $p ]] || return 0
-  kill -TERM "$p" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$p" 2>/dev/null || true
-  local rc=0
-  wait "$p" 2>/dev/null || rc=$?
-  unset "PID[$1]"
-  if [[ $rc != 0 ]]; then
-    echo "cache_bench: server $1 exited with status $rc:" >&2; tail -20 "$raw/$1.log" >&2
-    failures=$((failures + 1))
-  fi
-}
-cleanup() {
-  local s
-  for s in "${!PID[@]}"; do kill -TERM "${PID[$s]}" 2>/dev/null || true; done
-  for s in "${!PID[@]}"; do
-    for _ in $(seq 50); do kill -0 "${PID[$s]}" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "${PID[$s]}" 2>/dev/null || true
-    wait "${PID[$s]}" 2>/dev/null || true
-  done
-  rm -rf "$raw"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# start_server NAME ubcache-serve-args...: listens on $raw/NAME.sock.
-start_server() {
-  local name=$1; shift
-  local sock="$raw/$name.sock"
-  rm -f "$sock"
-  SOCK[$name]=$sock
-  URI[$name]="nbd+unix:///?socket=$sock"
-  local cmd=("$UBCACHE" serve "$@" --nbd "unix:$sock" --threads "$THREADS")
-  echo "== starting $name: ${cmd[*]}" >&2
-  echo "${cmd[*]}" >"$raw/$name.cmd"
-  "${cmd[@]}" >"$raw/$name.log" 2>&1 &
-  PID[$name]=$!
-  for _ in $(seq 200); do
-    [[ -S $sock ]] && break
-    kill -0 "${PID[$name]}" 2>/dev/null || break
-    sleep 0.05
-  done
-  if [[ ! -S $sock ]] || ! kill -0 "${PID[$name]}" 2>/dev/null; then
-    echo "cache_bench: $name did not come up:" >&2; cat "$raw/$name.log" >&2
-    return 1
-  fi
-}
-
-# fill_file PATH BYTES: a fio sequential write, so reads hit real blocks.
-fill_file() {
-  local cur
-  cur=$(stat -c %s "$1" 2>/dev/null || echo 0)
-  if [[ $FILL == 1 || $cur != "$2" ]]; then
-    echo "== filling $1 ($(( $2 >> 20 )) MiB) with fio sequential write" >&2
-    rm -f "$1"
-    "$FIO" --name=fill --filename="$1" --size="$2" --rw=write --bs=1m --iodepth=8 \
-      --ioengine=io_uring --direct=1 --end_fsync=1 --output-format=terse >/dev/null ||
-      die "fio fill of $1 failed"
-  fi
-  if command -v filefrag >/dev/null && filefrag -v "$1" 2>/dev/null | grep -q unwritten; then
-    echo "cache_bench: warning: $1 has unwritten extents; reads of them are not real I/O" >&2
-  fi
-}
+bench_setup cache_bench
 
 # format_set: a fresh cache set on CACHE_B + BACKING, so the next server is
 # cold whatever a restart keeps (bucket contents stay: no --discard).
@@ -224,31 +147,22 @@ format_set() {
     echo "cache_bench: ubcache format failed:" >&2; cat "$raw/format.log" >&2; return 1; }
 }
 
-ticks() {  # utime+stime of PID (all threads), in clock ticks
-  local s
-  s=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
-  s=${s##*) }
-  set -- $s
-  echo $(( ${12} + ${13} ))
-}
-
 # run_fio SERVER TAG fio-args...: one fio job through SERVER's socket.
 run_fio() {
   local s=$1 tag=$2; shift 2
-  if ! kill -0 "${PID[$s]}" 2>/dev/null; then
-    echo "cache_bench: $s is not running; skipping $tag" >&2; failures=$((failures + 1)); return
-  fi
+  running "$s" || return 0
   echo "== $tag ($s)" >&2
-  local p=${PID[$s]} t0 t1 c0 c1 st0 st1
-  st0=$(head -1 /proc/stat); t0=$(date +%s.%N); c0=$(ticks "$p")
-  if ! "$FIO" --name="$tag" --ioengine=nbd --uri="${URI[$s]}" "$@" \
+  if ! measured "$tag" "${PID[$s]}" "$FIO" --name="$tag" --ioengine=nbd --uri="${URI[$s]}" "$@" \
       --output-format=json --output="$raw/fio-$tag.json" >"$raw/fio-$tag.err" 2>&1; then
     echo "cache_bench: fio $tag failed:" >&2; cat "$raw/fio-$tag.err" >&2
     failures=$((failures + 1))
   fi
-  c1=$(ticks "$p"); t1=$(date +%s.%N); st1=$(head -1 /proc/stat)
-  printf '%s\t%s\t%s\t%s\t%s\n' "$t0" "$t1" "$c0" "$c1" "$(getconf CLK_TCK)" >"$raw/cpu-$tag.tsv"
-  printf '%s\n%s\n' "$st0" "$st1" >"$raw/stat-$tag.txt"
+}
+
+# serve NAME ubcache-serve-args...
+serve() {
+  local name=$1; shift
+  start_server "$name" "$UBCACHE" serve "$@" --nbd "unix:$raw/$name.sock" --threads "$THREADS"
 }
 
 cong_args=()
@@ -264,8 +178,8 @@ randread32=(--rw=randread --bs=4k --iodepth=32 --size="$ws_bytes" --runtime="$SE
 warmup=(--rw=read --bs=1m --iodepth=8 --size="$ws_bytes")
 if [[ $want1 == 1 ]]; then
   format_set || die "format failed"
-  start_server a --backing "file:$CACHE_A" || die "ubcache serve (a) failed to start"
-  start_server b --cache "$CACHE_B" --backing "$BACKING" --sequential-cutoff 0 "${cong_args[@]}" ||
+  serve a --backing "file:$CACHE_A" || die "ubcache serve (a) failed to start"
+  serve b --cache "$CACHE_B" --backing "$BACKING" --sequential-cutoff 0 "${cong_args[@]}" ||
     die "ubcache serve (b) failed to start"
   # The same sequential read over both: b makes the set resident; a gets the
   # same treatment so any host-side caching of the image files is alike.
@@ -287,7 +201,7 @@ pass2=(--rw=randread --bs=4k --iodepth=16 --size="$ws2_bytes" --io_size="$ws2_by
 if [[ $want2 == 1 ]]; then
   for ((r = 1; r <= REPEAT; r++)); do
     format_set || die "format failed"
-    start_server "c$r" --cache "$CACHE_B" --backing "sas:$BACKING" "${cong_args[@]}" ||
+    serve "c$r" --cache "$CACHE_B" --backing "sas:$BACKING" "${cong_args[@]}" ||
       die "ubcache serve (sas) failed to start"
     run_fio "c$r" "s2-cold-$r" "${pass2[@]}"
     run_fio "c$r" "s2-warm-$r" "${pass2[@]}"
@@ -301,7 +215,7 @@ base="$OUT/cache_bench-$stamp"
 cmdline="bench/cache_bench.sh --ubcache $UBCACHE --dir $DIR --cache-size $CACHE_SIZE --backing-size $BACKING_SIZE --ws $WS --ws2 $WS2 --seconds $SECONDS_PER --repeat $REPEAT --seed $SEED --sections $SECTIONS --threads $THREADS${CONG:+ --congested-read-threshold-us $CONG}"
 git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
 versions="$("$FIO" --version)"
-"$PYTHON" - "$raw" "$base" "$REPEAT" "$SECONDS_PER" "$DIR" "$cache_bytes" "$backing_bytes" "$ws_bytes" \
+PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" "$REPEAT" "$SECONDS_PER" "$DIR" "$cache_bytes" "$backing_bytes" "$ws_bytes" \
   "$ws2_bytes" "$SECTIONS" "$cmdline" "$git_rev" "$versions" "$started" "$THREADS" "$SEED" <<'EOF' || failures=$((failures + 1))
 import json, os, platform, re, statistics, sys, time
 
@@ -311,17 +225,10 @@ repeat, ws, ws2 = int(repeat), int(ws), int(ws2)
 sections = sections.split(",")
 bad = 0
 
-def load(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"cache_bench: cannot read {os.path.basename(p)}: {e}", file=sys.stderr)
-        return None
+from benchlib import load as _load, cpu_of, machine_lines, write_results
 
-def cpu_stat(line):
-    v = [int(x) for x in line.split()[1:]]
-    return v + [0] * (10 - len(v))
+def load(p):
+    return _load(p, "cache_bench")
 
 def one_run(tag):
     global bad
@@ -335,17 +242,7 @@ def one_run(tag):
     run = {"iops": d["iops"], "ios": d["total_ios"], "runtime_s": d["runtime"] / 1e3,
            "p50_us": pct.get("50.000000", 0) / 1e3, "p99_us": pct.get("99.000000", 0) / 1e3,
            "fio_cpu_pct": (job.get("usr_cpu") or 0) + (job.get("sys_cpu") or 0)}
-    try:
-        t0, t1, c0, c1, hz = open(f"{raw}/cpu-{tag}.tsv").read().split()
-        wall = float(t1) - float(t0)
-        run["server_cpu_pct"] = 100.0 * (int(c1) - int(c0)) / int(hz) / wall
-        a, b = (cpu_stat(x) for x in open(f"{raw}/stat-{tag}.txt").read().splitlines()[:2])
-        dd = [y - x for x, y in zip(a, b)]
-        tot = sum(dd[:8]) or 1
-        run["machine"] = {"busy_pct": 100.0 * (tot - dd[3] - dd[4]) / tot,
-                          "steal_pct": 100.0 * dd[7] / tot, "iowait_pct": 100.0 * dd[4] / tot}
-    except (OSError, ValueError):
-        pass
+    run.update(cpu_of(raw, tag))
     return run
 
 STATS = re.compile(r"export '([^']*)': cache_hits (\d+) cache_misses (\d+) cache_hit_ratio (\d+)% "
@@ -473,27 +370,15 @@ for p in sorted(os.listdir(raw)):
         r = one_run(p[5:-4]) if os.path.exists(f"{raw}/fio-{p[5:-4]}.json") else None
         if r and "machine" in r:
             busy.append(r["machine"])
-if busy:
-    lines += [f"Machine during the runs (median over runs): {statistics.median(x['busy_pct'] for x in busy):.0f}% "
-              f"of all CPUs busy, steal {statistics.median(x['steal_pct'] for x in busy):.1f}%, "
-              f"iowait {statistics.median(x['iowait_pct'] for x in busy):.1f}%; "
-              f"load average at the end {os.getloadavg()[0]:.2f}.", ""]
+lines += machine_lines(busy)
 lines += ["Targets (issue 4):", ""]
 for t in targets:
     lines.append(f"    {'PASS' if t['pass'] else 'MISS'} {t['target']}: {t['shown']}")
 md = "\n".join(lines) + "\n"
 doc["targets"] = targets
 doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
-with open(base + ".json", "w") as f:
-    json.dump(doc, f, indent=2)
-with open(base + ".md", "w") as f:
-    f.write(md)
-print(md, end="")
-print(f"\nwrote {base}.json and {base}.md")
+write_results(base, doc, md)
 sys.exit(1 if bad else 0)
 EOF
 
-if [[ $failures -gt 0 ]]; then
-  echo "cache_bench: $failures tool failure(s); see above" >&2
-  exit 1
-fi
+bench_finish

@@ -21,6 +21,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
+BENCH=nbd_peers
 
 FILE=/var/tmp/ubcache-bench/nbd_peers.img
 SIZE=2G
@@ -82,8 +84,6 @@ Needs: fio (with the nbd engine), nbdkit, qemu-utils (qemu-nbd), python3.
 EOF
 }
 
-die() { echo "nbd_peers: $*" >&2; exit 2; }
-
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --file) FILE=${2:?--file needs a path}; shift 2 ;;
@@ -142,62 +142,13 @@ done
 command -v "$NBDKIT" >/dev/null || die "nbdkit not found (apt-get install nbdkit)"
 [[ $want_file == 1 ]] && { command -v "$QEMU_NBD" >/dev/null || die "qemu-nbd not found (apt-get install qemu-utils)"; }
 
-to_bytes() {
-  "$PYTHON" - "$1" <<'EOF'
-import re, sys
-m = re.fullmatch(r'(\d+)([kKmMgGtT]?)i?[bB]?', sys.argv[1])
-if not m: sys.exit("bad size")
-print(int(m.group(1)) << (10 * " kmgt".index(m.group(2).lower() or " ")))
-EOF
-}
 size_bytes=$(to_bytes "$SIZE") || die "--size: cannot parse '$SIZE'"
 mem_bytes=$(to_bytes "$MEM_SIZE") || die "--mem-size: cannot parse '$MEM_SIZE'"
 
 stamp=$(date +%Y%m%d-%H%M%S)
 started=$(date "+%Y-%m-%d %H:%M:%S %z")
 mkdir -p "$OUT"
-raw=$(mktemp -d "${TMPDIR:-/tmp}/nbd_peers.XXXXXX")
-failures=0
-declare -A PID SOCK URI
-
-# Only the servers this script started, by PID.
-cleanup() {
-  local s p
-  for s in "${!PID[@]}"; do
-    p=${PID[$s]}
-    kill -TERM "$p" 2>/dev/null || true
-  done
-  for s in "${!PID[@]}"; do
-    p=${PID[$s]}
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  rm -rf "$raw"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# start_server NAME CMD...: CMD must stay in the foreground and listen on
-# $raw/NAME.sock; waits for the socket (and a successful NBD connect).
-start_server() {
-  local name=$1; shift
-  local sock="$raw/$name.sock"
-  SOCK[$name]=$sock
-  URI[$name]="nbd+unix:///?socket=$sock"
-  echo "== starting $name: $*" >&2
-  "$@" >"$raw/$name.log" 2>&1 &
-  PID[$name]=$!
-  for _ in $(seq 200); do
-    [[ -S $sock ]] && break
-    kill -0 "${PID[$name]}" 2>/dev/null || break
-    sleep 0.05
-  done
-  if [[ ! -S $sock ]] || ! kill -0 "${PID[$name]}" 2>/dev/null; then
-    echo "nbd_peers: $name did not come up:" >&2; cat "$raw/$name.log" >&2
-    return 1
-  fi
-}
+bench_setup nbd_peers
 
 # fill_nbd NAME: one sequential write over the whole export, so reads hit data.
 fill_nbd() {
@@ -205,14 +156,6 @@ fill_nbd() {
   "$FIO" --name=fill --ioengine=nbd --uri="${URI[$1]}" --rw=write --bs=1m --iodepth=8 \
     --output-format=terse >"$raw/fill-$1.out" 2>&1 || {
     echo "nbd_peers: fill of $1 failed:" >&2; cat "$raw/fill-$1.out" >&2; return 1; }
-}
-
-ticks() {  # utime+stime of PID (all threads), in clock ticks
-  local s
-  s=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
-  s=${s##*) }
-  set -- $s
-  echo $(( ${12} + ${13} ))
 }
 
 # run_one GROUP SERVER WORKLOAD REPEAT
@@ -232,21 +175,14 @@ run_one() {
   if [[ $s == raw ]]; then
     args+=(--ioengine=io_uring --direct=1 --filename="$FILE" --size="$size_bytes")
   else
-    if ! kill -0 "${PID[$g-$s]}" 2>/dev/null; then
-      echo "nbd_peers: $g-$s is not running; skipping $w" >&2; failures=$((failures + 1)); return
-    fi
+    running "$g-$s" || return 0
     args+=(--ioengine=nbd --uri="${URI[$g-$s]}")
   fi
   echo "== [$r/$REPEAT] $g $w: $s" >&2
-  local p=${PID[$g-$s]:-} t0 t1 c0 c1 st0 st1
-  st0=$(head -1 /proc/stat); t0=$(date +%s.%N); c0=$([[ -n $p ]] && ticks "$p" || echo 0)
-  if ! "$FIO" "${args[@]}" >"$raw/fio-$tag.err" 2>&1; then
+  if ! measured "$tag" "${PID[$g-$s]:-}" "$FIO" "${args[@]}" >"$raw/fio-$tag.err" 2>&1; then
     echo "nbd_peers: fio $tag failed:" >&2; cat "$raw/fio-$tag.err" >&2
     failures=$((failures + 1))
   fi
-  c1=$([[ -n $p ]] && ticks "$p" || echo 0); t1=$(date +%s.%N); st1=$(head -1 /proc/stat)
-  printf '%s\t%s\t%s\t%s\t%s\n' "$t0" "$t1" "$c0" "$c1" "$(getconf CLK_TCK)" >"$raw/cpu-$tag.tsv"
-  printf '%s\n%s\n' "$st0" "$st1" >"$raw/stat-$tag.txt"
 }
 
 # 1. Servers (kept up for the whole run) and data.
@@ -256,8 +192,8 @@ if [[ $want_mem == 1 ]]; then
     --threads "$THREADS" || die "ubcache serve (mem) failed to start"
   start_server mem-nbdkit "$NBDKIT" -f --exit-with-parent -U "$raw/mem-nbdkit.sock" memory "$mem_bytes" ||
     die "nbdkit memory failed to start"
-  # The client's ceiling: a server that does no work (reads are zeros).
-  # Any server, ubcache included, is bounded by this on this machine.
+  # A server that does no work (reads are zeros): how far the fio nbd
+  # client itself gets on this machine, to tell a client-bound ratio.
   start_server mem-null "$NBDKIT" -f --exit-with-parent -U "$raw/mem-null.sock" null "$mem_bytes" ||
     die "nbdkit null failed to start"
   mem_servers=(ubcache nbdkit null)
@@ -265,18 +201,7 @@ if [[ $want_mem == 1 ]]; then
   fill_nbd mem-nbdkit || die "fill failed"
 fi
 if [[ $want_file == 1 ]]; then
-  mkdir -p "$(dirname "$FILE")"
-  cur_size=$(stat -c %s "$FILE" 2>/dev/null || echo 0)
-  if [[ $FILL == 1 || $cur_size != "$size_bytes" ]]; then
-    echo "== filling $FILE ($SIZE) with fio sequential write" >&2
-    rm -f "$FILE"
-    "$FIO" --name=fill --filename="$FILE" --size="$size_bytes" --rw=write --bs=1m --iodepth=8 \
-      --ioengine=io_uring --direct=1 --end_fsync=1 --output-format=terse >/dev/null ||
-      die "fio fill of $FILE failed"
-  fi
-  if command -v filefrag >/dev/null && filefrag -v "$FILE" 2>/dev/null | grep -q unwritten; then
-    echo "nbd_peers: warning: $FILE has unwritten extents; reads of them are not real I/O" >&2
-  fi
+  fill_file "$FILE" "$size_bytes"
   start_server file-ubcache "$UBCACHE" serve --backing "file:$FILE" --nbd "unix:$raw/file-ubcache.sock" \
     --threads "$THREADS" || die "ubcache serve (file) failed to start"
   start_server file-qemu-nbd "$QEMU_NBD" --cache=none --aio=io_uring --format=raw --shared=8 --persistent \
@@ -312,7 +237,7 @@ cmdline="bench/nbd_peers.sh --ubcache $UBCACHE --file $FILE --size $SIZE --mem-s
 git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
 versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1)"
 [[ $want_file == 1 ]] && versions+="; $("$QEMU_NBD" --version | head -1)"
-"$PYTHON" - "$raw" "$base" "$(IFS=,; echo "${wl[*]}")" "$REPEAT" "$SECONDS_PER" "$FILE" "$size_bytes" \
+PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" "$(IFS=,; echo "${wl[*]}")" "$REPEAT" "$SECONDS_PER" "$FILE" "$size_bytes" \
   "$mem_bytes" "$GROUPS_SEL" "$cmdline" "$git_rev" "$versions" "$started" "$THREADS" <<'EOF' || failures=$((failures + 1))
 import json, os, platform, statistics, sys, time
 
@@ -322,22 +247,15 @@ workloads, repeat = workloads.split(","), int(repeat)
 groups = groups.split(",")
 SERVERS = {"mem": ["ubcache", "nbdkit", "null"], "file": ["ubcache", "qemu-nbd", "nbdkit", "raw"]}
 LABEL = {("mem", "ubcache"): "ubcache mem", ("mem", "nbdkit"): "nbdkit memory",
-         ("mem", "null"): "nbdkit null (client ceiling)",
+         ("mem", "null"): "nbdkit null (no-op server)",
          ("file", "ubcache"): "ubcache file", ("file", "qemu-nbd"): "qemu-nbd",
          ("file", "nbdkit"): "nbdkit file", ("file", "raw"): "raw io_uring"}
 bad = 0
 
-def load(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"nbd_peers: cannot read {os.path.basename(p)}: {e}", file=sys.stderr)
-        return None
+from benchlib import load as _load, cpu_of, machine_lines, write_results
 
-def cpu_stat(line):
-    v = [int(x) for x in line.split()[1:]]
-    return v + [0] * (10 - len(v))
+def load(p):
+    return _load(p, "nbd_peers")
 
 def one_run(g, s, w, r):
     tag = f"{g}-{s}-{w}-{r}"
@@ -353,19 +271,7 @@ def one_run(g, s, w, r):
            "p99_us": d["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1e3,
            # fio's own CPU (all its jobs, % of one core): the client side
            "fio_cpu_pct": (job.get("usr_cpu") or 0) + (job.get("sys_cpu") or 0)}
-    try:
-        t0, t1, c0, c1, hz = open(f"{raw}/cpu-{tag}.tsv").read().split()
-        wall = float(t1) - float(t0)
-        run["wall_s"] = wall
-        run["server_cpu_pct"] = None if s == "raw" else 100.0 * (int(c1) - int(c0)) / int(hz) / wall
-        a, b = (cpu_stat(x) for x in open(f"{raw}/stat-{tag}.txt").read().splitlines()[:2])
-        dd = [y - x for x, y in zip(a, b)]
-        tot = sum(dd[:8]) or 1
-        # machine-wide: user nice system idle iowait irq softirq steal
-        run["machine"] = {"busy_pct": 100.0 * (tot - dd[3] - dd[4]) / tot,
-                          "steal_pct": 100.0 * dd[7] / tot, "iowait_pct": 100.0 * dd[4] / tot}
-    except (OSError, ValueError):
-        pass
+    run.update(cpu_of(raw, tag, server=s != "raw"))
     return run
 
 def med(runs, k):
@@ -404,22 +310,22 @@ def target(name, value, need):
                     "pass": value is not None and value >= need})
 if "mem" in out:
     target("(i) randread_4k_qd32 ubcache/nbdkit memory >= 1.2", get("mem", "randread_4k_qd32", "nbdkit"), 1.2)
-    # What the client allows at all: nbdkit null / nbdkit memory. Below 1.2,
-    # no server can meet target (i) with this client on this machine.
+    # How far a do-nothing server gets relative to nbdkit memory: near 1
+    # means the client, not the server, sets the pace.
     null, mem = (next((r["servers"][k]["iops"] for r in out["mem"] if r["workload"] == "randread_4k_qd32"), None)
                  for k in ("null", "nbdkit"))
-    ceiling = null / mem if null and mem else None
-    targets.append({"target": "    (client ceiling for (i): nbdkit null / nbdkit memory)", "ratio": ceiling,
-                    "need": 1.2, "pass": ceiling is not None and ceiling >= 1.2, "info": True})
+    noop = null / mem if null and mem else None
+    targets.append({"target": "    (no-op server for (i): nbdkit null / nbdkit memory)", "ratio": noop,
+                    "need": 1.2, "pass": noop is not None and noop >= 1.2, "info": True})
 if "file" in out:
     target("(ii) randread_4k_qd32 ubcache/qemu-nbd >= 2", get("file", "randread_4k_qd32", "qemu-nbd"), 2.0)
     target("(ii) randread_4k_qd32 ubcache/raw >= 0.9", get("file", "randread_4k_qd32", "raw"), 0.9)
     if "mem" in out:
         iops = lambda g, k: next((r["servers"][k]["iops"] for r in out[g] if r["workload"] == "randread_4k_qd32"), None)
         null, rawv = iops("mem", "null"), iops("file", "raw")
-        ceiling = null / rawv if null and rawv else None
-        targets.append({"target": "    (client ceiling for raw: nbdkit null / raw io_uring)", "ratio": ceiling,
-                        "need": 0.9, "pass": ceiling is not None and ceiling >= 0.9, "info": True})
+        noop = null / rawv if null and rawv else None
+        targets.append({"target": "    (no-op server vs raw: nbdkit null / raw io_uring)", "ratio": noop,
+                        "need": 0.9, "pass": noop is not None and noop >= 0.9, "info": True})
     for row in out["file"]:
         target(f"(ii) {row['workload']} ubcache/qemu-nbd >= 1 (no workload slower)",
                row["ratios"].get("qemu-nbd"), 1.0)
@@ -463,11 +369,7 @@ for g in out:
     lines.append("")
 busy = [r["machine"] for g in out for row in out[g] for s in row["servers"].values()
         for r in s["runs"] if r and "machine" in r]
-if busy:
-    lines += [f"Machine during the runs (median over runs): {statistics.median(x['busy_pct'] for x in busy):.0f}% "
-              f"of all CPUs busy, steal {statistics.median(x['steal_pct'] for x in busy):.1f}%, "
-              f"iowait {statistics.median(x['iowait_pct'] for x in busy):.1f}%; "
-              f"load average at the end {os.getloadavg()[0]:.2f}.", ""]
+lines += machine_lines(busy)
 lines += ["Targets (issue 3):", ""]
 for t in targets:
     v = "—" if t["ratio"] is None else f"{t['ratio']:.2f}"
@@ -480,16 +382,8 @@ doc = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S %z"), "c
        "repeat": repeat, "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
        "versions": versions, "ubcache_rev": git_rev, "ubcache_threads": int(threads),
        "groups": out, "targets": targets}
-with open(base + ".json", "w") as f:
-    json.dump(doc, f, indent=2)
-with open(base + ".md", "w") as f:
-    f.write(md)
-print(md, end="")
-print(f"\nwrote {base}.json and {base}.md")
+write_results(base, doc, md)
 sys.exit(1 if bad else 0)
 EOF
 
-if [[ $failures -gt 0 ]]; then
-  echo "nbd_peers: $failures tool failure(s); see above" >&2
-  exit 1
-fi
+bench_finish

@@ -13,6 +13,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
+BENCH=probe_vs_fio
 
 FILE=/var/tmp/ubcache-bench/probe_vs_fio.img
 SIZE=2G
@@ -62,8 +64,6 @@ Needs: fio (Debian package), python3 (stdlib only), a built ubcache.
 EOF
 }
 
-die() { echo "probe_vs_fio: $*" >&2; exit 2; }
-
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --file) FILE=${2:?--file needs a path}; shift 2 ;;
@@ -102,34 +102,16 @@ fio_params() {
 IFS=, read -r -a wl <<<"$WORKLOADS"
 for w in "${wl[@]}"; do fio_params "$w" >/dev/null || die "unknown workload '$w'"; done
 
-size_bytes=$("$PYTHON" - "$SIZE" <<'EOF'
-import re, sys
-m = re.fullmatch(r'(\d+)([kKmMgGtT]?)i?[bB]?', sys.argv[1])
-if not m: sys.exit("bad size")
-print(int(m.group(1)) << (10 * " kmgt".index(m.group(2).lower() or " ")))
-EOF
-) || die "--size: cannot parse '$SIZE'"
+size_bytes=$(to_bytes "$SIZE") || die "--size: cannot parse '$SIZE'"
 
 stamp=$(date +%Y%m%d-%H%M%S)
 started=$(date "+%Y-%m-%d %H:%M:%S %z")
 mkdir -p "$OUT" "$(dirname "$FILE")"
-raw=$(mktemp -d "${TMPDIR:-/tmp}/probe_vs_fio.XXXXXX")
-trap 'rm -rf "$raw"' EXIT
-failures=0
+bench_setup probe_vs_fio
 
 # 1. The test file, filled with real data (unwritten extents read back as
 # zeros without touching the disk and would flatter both tools).
-cur_size=$(stat -c %s "$FILE" 2>/dev/null || echo 0)
-if [[ $FILL == 1 || $cur_size != "$size_bytes" ]]; then
-  echo "== filling $FILE ($SIZE) with fio sequential write" >&2
-  rm -f "$FILE"
-  "$FIO" --name=fill --filename="$FILE" --size="$size_bytes" --rw=write --bs=1m --iodepth=8 \
-    --ioengine=io_uring --direct=1 --end_fsync=1 --output-format=terse >/dev/null ||
-    die "fio fill of $FILE failed"
-fi
-if command -v filefrag >/dev/null && filefrag -v "$FILE" 2>/dev/null | grep -q unwritten; then
-  echo "probe_vs_fio: warning: $FILE has unwritten extents; reads of them are not real I/O" >&2
-fi
+fill_file "$FILE" "$size_bytes"
 
 # 2. Interleaved runs: repeat r, workload w: ubcache, then fio.
 for ((r = 1; r <= REPEAT; r++)); do
@@ -168,7 +150,7 @@ base="$OUT/probe_vs_fio-$stamp"
 cmdline="bench/probe_vs_fio.sh --ubcache $UBCACHE --file $FILE --size $SIZE --seconds $SECONDS_PER --repeat $REPEAT --only $WORKLOADS"
 [[ $MODEL_CHECK == 0 ]] && cmdline+=" --no-model"
 git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
-"$PYTHON" - "$raw" "$base" "$WORKLOADS" "$REPEAT" "$SECONDS_PER" "$FILE" "$size_bytes" \
+PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" "$WORKLOADS" "$REPEAT" "$SECONDS_PER" "$FILE" "$size_bytes" \
   "$GOAL" "$MODEL_CHECK" "$cmdline" "$git_rev" "$("$FIO" --version)" "$started" <<'EOF' || failures=$((failures + 1))
 import json, os, platform, statistics, sys, time
 
@@ -177,13 +159,10 @@ import json, os, platform, statistics, sys, time
 workloads, repeat, goal = workloads.split(","), int(repeat), float(goal)
 bad = 0
 
+from benchlib import load as _load, write_results
+
 def load(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"probe_vs_fio: cannot read {os.path.basename(p)}: {e}", file=sys.stderr)
-        return None
+    return _load(p, "probe_vs_fio")
 
 def ub_run(w, r):
     j = load(f"{raw}/ubcache-{w}-{r}.json")
@@ -286,16 +265,8 @@ doc = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S %z"), "c
        "size_bytes": int(size), "seconds": int(seconds), "repeat": repeat, "goal_ratio": goal,
        "host": platform.node(), "kernel": platform.release(), "fio_version": fio_version,
        "ubcache_rev": git_rev, "workloads": rows, "model_check": model}
-with open(base + ".json", "w") as f:
-    json.dump(doc, f, indent=2)
-with open(base + ".md", "w") as f:
-    f.write(md)
-print(md, end="")
-print(f"\nwrote {base}.json and {base}.md")
+write_results(base, doc, md)
 sys.exit(1 if bad else 0)
 EOF
 
-if [[ $failures -gt 0 ]]; then
-  echo "probe_vs_fio: $failures tool failure(s); see above" >&2
-  exit 1
-fi
+bench_finish
