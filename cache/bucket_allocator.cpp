@@ -5,17 +5,14 @@
 namespace ubcache {
 
 BucketAllocator::BucketAllocator(Options o)
-    : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]) {
+    : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]), prio_hist_(new std::atomic<uint32_t>[kPrioBins]) {
+  for (unsigned p = 0; p < kPrioBins; p++) prio_hist_[p].store(0, std::memory_order_relaxed);
   MutexLock l(&mu_);
   buckets_.resize(o_.nbuckets);
   writers_.resize(std::max(1u, o_.writers));
   for (uint32_t b = 0; b < o_.nbuckets; b++) {
-    if (b < o_.first_bucket) {
-      buckets_[b].kind = Kind::kReserved;
-      counts_[static_cast<int>(Kind::kReserved)]++;
-    } else {
-      counts_[static_cast<int>(Kind::kFree)]++;
-    }
+    if (b < o_.first_bucket) buckets_[b].kind = Kind::kReserved;
+    CountKind(buckets_[b].kind, 1);
   }
   for (uint32_t b = 0; b < o_.nbuckets; b++) PublishLocked(b);
   // Hand out low buckets first.
@@ -32,9 +29,9 @@ void BucketAllocator::PublishLocked(uint32_t b) {
 
 void BucketAllocator::SetPrioLocked(uint32_t i, uint16_t prio) {
   Bucket& b = buckets_[i];
-  if (b.kind == Kind::kData) prio_hist_[b.prio / 1024]--;
+  if (b.kind == Kind::kData) CountPrio(b.prio, -1);
   b.prio = prio;
-  if (b.kind == Kind::kData) prio_hist_[b.prio / 1024]++;
+  if (b.kind == Kind::kData) CountPrio(b.prio, 1);
   PublishLocked(i);
 }
 
@@ -69,9 +66,9 @@ void BucketAllocator::NoteLeadLocked(const Bucket& k) {
 
 void BucketAllocator::InvalidateLocked(uint32_t b) {
   Bucket& v = buckets_[b];
-  prio_hist_[v.prio / 1024]--;
-  counts_[static_cast<int>(Kind::kData)]--;
-  counts_[static_cast<int>(Kind::kFree)]++;
+  CountPrio(v.prio, -1);
+  CountKind(Kind::kData, -1);
+  CountKind(Kind::kFree, 1);
   v.kind = Kind::kFree;
   v.gen++;  // every pointer into the bucket is stale from now on
   NoteLeadLocked(v);
@@ -104,7 +101,7 @@ bool BucketAllocator::ReclaimWindowLocked(ReplacementPolicy policy) {
     scanned += window;
     if (victim != UINT32_MAX) {
       InvalidateLocked(victim);
-      reclaimed_fg_++;
+      reclaimed_fg_.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
   }
@@ -153,7 +150,7 @@ size_t BucketAllocator::Refill(ReplacementPolicy policy) {
       InvalidateLocked(b);
       done++;
     }
-    reclaimed_bg_ += done;
+    reclaimed_bg_.fetch_add(done, std::memory_order_relaxed);
     if (free_.size() >= free_target_) break;
   }
   return done;
@@ -204,7 +201,7 @@ Result<uint32_t> BucketAllocator::TakeFreeLocked(bool metadata, ReplacementPolic
   }
   uint32_t b = free_.back();
   free_.pop_back();
-  counts_[static_cast<int>(Kind::kFree)]--;
+  CountKind(Kind::kFree, -1);
   if (free_.size() < free_target_ / 2 + o_.metadata_reserve + 1) WantRefill();
   return b;
 }
@@ -220,9 +217,9 @@ Result<BucketAllocator::Space> BucketAllocator::Allocate(unsigned w, uint64_t le
     Bucket& k = buckets_[b];
     k.kind = Kind::kData;
     k.open = true;
-    counts_[static_cast<int>(Kind::kData)]++;
+    CountKind(Kind::kData, 1);
     k.prio = kInitialPrio;
-    prio_hist_[k.prio / 1024]++;
+    CountPrio(k.prio, 1);
     k.filled_seq = ++fill_seq_;
     PublishLocked(b);
     wr.bucket = b;
@@ -238,7 +235,7 @@ Result<BucketAllocator::Space> BucketAllocator::AllocateMetadata() {
   UB_ASSIGN_OR_RETURN(uint32_t b, TakeFreeLocked(true, ReplacementPolicy::kLru));
   Bucket& k = buckets_[b];
   k.kind = Kind::kMetadata;
-  counts_[static_cast<int>(Kind::kMetadata)]++;
+  CountKind(Kind::kMetadata, 1);
   PublishLocked(b);
   return Space{uint64_t{b} * o_.bucket_size, k.gen, b};
 }
@@ -254,8 +251,8 @@ void BucketAllocator::FreeMetadata(uint32_t bucket) {
   if (static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead) k.gen++;
   NoteLeadLocked(k);
   PublishLocked(bucket);
-  counts_[static_cast<int>(Kind::kMetadata)]--;
-  counts_[static_cast<int>(Kind::kFree)]++;
+  CountKind(Kind::kMetadata, -1);
+  CountKind(Kind::kFree, 1);
   free_.push_back(bucket);
 }
 
@@ -337,17 +334,50 @@ uint64_t BucketAllocator::fill_seq() const {
 }
 
 BucketAllocator::Usage BucketAllocator::usage() const {
-  MutexLock l(&mu_);
-  Usage u{};
-  u.buckets = o_.nbuckets;
-  u.free = counts_[static_cast<int>(Kind::kFree)];
-  u.data = counts_[static_cast<int>(Kind::kData)];
-  u.metadata = counts_[static_cast<int>(Kind::kMetadata)];
-  u.reserved = counts_[static_cast<int>(Kind::kReserved)];
-  u.reclaimed_background = reclaimed_bg_;
-  u.reclaimed_foreground = reclaimed_fg_;
-  std::copy(std::begin(prio_hist_), std::end(prio_hist_), u.prio_histogram);
-  return u;
+  auto count = [&](Kind k) { return counts_[static_cast<int>(k)].load(std::memory_order_relaxed); };
+  return Usage{o_.nbuckets,
+               count(Kind::kFree),
+               count(Kind::kData),
+               count(Kind::kMetadata),
+               count(Kind::kReserved),
+               reclaimed_bg_.load(std::memory_order_relaxed),
+               reclaimed_fg_.load(std::memory_order_relaxed)};
+}
+
+std::vector<uint64_t> BucketAllocator::prio_histogram() const {
+  std::vector<uint64_t> h(kPrioBins);
+  for (unsigned p = 0; p < kPrioBins; p++) h[p] = prio_hist_[p].load(std::memory_order_relaxed);
+  return h;
+}
+
+BucketAllocator::PriorityStats BucketAllocator::priority_stats() const {
+  Usage u = usage();
+  PriorityStats ps{};
+  uint64_t all = std::max<uint64_t>(u.buckets, 1);
+  ps.unused_percent = static_cast<unsigned>(u.free * 100 / all);
+  ps.clean_percent = static_cast<unsigned>(u.data * 100 / all);
+  ps.dirty_percent = 0;
+  // The superblock and journal area counts as metadata, as bcache marks it.
+  ps.metadata_percent = static_cast<unsigned>((u.metadata + u.reserved) * 100 / all);
+  std::vector<uint64_t> h = prio_histogram();
+  uint64_t n = 0, age_sum = 0;
+  for (unsigned p = 0; p < kPrioBins; p++) {
+    n += h[p];
+    age_sum += h[p] * (kInitialPrio - p);
+  }
+  if (n == 0) return ps;
+  ps.average = age_sum / n;
+  ps.bytes_per_quantile = n * o_.bucket_size / (kQuantiles + 1);
+  // Youngest first: walk priorities from the top, as bcache walks its
+  // priorities sorted in descending order; quantile i is rank n*(i+1)/32.
+  unsigned q = 0;
+  uint64_t seen = 0;
+  for (unsigned p = kPrioBins; p-- > 0 && q < kQuantiles;) {
+    seen += h[p];
+    while (q < kQuantiles && n * (q + 1) / (kQuantiles + 1) < seen)
+      ps.quantiles[q++] = static_cast<uint16_t>(kInitialPrio - p);
+  }
+  return ps;
 }
 
 }  // namespace ubcache

@@ -31,8 +31,12 @@
 // Thread safety: changes take mu_. The read-hit path takes no lock: each
 // bucket's (gen, kind, prio) is also published in one atomic word, so
 // Valid() is a load and Touch() locks only when the priority has decayed.
-// A priority histogram is kept incrementally so priority_stats can be read
-// without a scan.
+// The counts by kind and an exact histogram of data-bucket priorities are
+// kept incrementally in atomics (written under mu_), so usage() and
+// priority_stats() never take mu_ and never scan the buckets: a statistics
+// poller cannot stall I/O (the lesson of bcache's priority_stats, which
+// sorted every bucket's priority under the bucket lock). A reader racing a
+// change may see the counts one step apart; they are statistics.
 #pragma once
 
 #include <atomic>
@@ -56,7 +60,9 @@ class BucketAllocator {
  public:
   static constexpr uint8_t kMaxGenLead = 96;  // bcache's BUCKET_GC_GEN_MAX
   static constexpr uint16_t kInitialPrio = 32768;
-  static constexpr unsigned kPrioBins = 64;
+  // One histogram bin per priority value: priorities never exceed kInitialPrio.
+  static constexpr unsigned kPrioBins = kInitialPrio + 1;
+  static constexpr unsigned kQuantiles = 31;  // as bcache's priority_stats
   // Buckets visited per hold of mu_ by any pass over the buckets.
   static constexpr uint32_t kScanChunk = 4096;
 
@@ -118,12 +124,25 @@ class BucketAllocator {
   void StopRefill();
   uint32_t free_target() const { return free_target_; }
 
+  // Lock-free, O(1).
   struct Usage {
     uint64_t buckets, free, data, metadata, reserved;
     uint64_t reclaimed_background, reclaimed_foreground;  // buckets, since start
-    uint64_t prio_histogram[kPrioBins];  // data buckets by priority / 1024
   };
-  Usage usage() const EXCLUDES(mu_);
+  Usage usage() const;
+  // Data buckets by priority (index = priority). Lock-free, O(kPrioBins).
+  std::vector<uint64_t> prio_histogram() const;
+  // bcache's priority_stats: percentages of all buckets, and the average and
+  // kQuantiles quantiles of data buckets' age (kInitialPrio - priority), in
+  // ascending order. No dirty buckets until writeback exists. Lock-free,
+  // O(kPrioBins).
+  struct PriorityStats {
+    unsigned unused_percent, clean_percent, dirty_percent, metadata_percent;
+    uint64_t average;
+    uint64_t bytes_per_quantile;
+    uint16_t quantiles[kQuantiles];
+  };
+  PriorityStats priority_stats() const;
   const Options& options() const { return o_; }
 
  private:
@@ -173,8 +192,9 @@ class BucketAllocator {
   uint64_t live_seq_ GUARDED_BY(mu_) = 0;
   uint32_t cursor_ GUARDED_BY(mu_) = 0;  // next window of the foreground reclaim
   uint64_t salt_ GUARDED_BY(mu_) = 0;    // the random policy's order
-  uint64_t reclaimed_bg_ GUARDED_BY(mu_) = 0;
-  uint64_t reclaimed_fg_ GUARDED_BY(mu_) = 0;
+  // Statistics: written under mu_, read without it.
+  std::atomic<uint64_t> reclaimed_bg_{0};
+  std::atomic<uint64_t> reclaimed_fg_{0};
   uint32_t free_target_ = 0;
 
   // The refill thread and its wake-up.
@@ -183,8 +203,14 @@ class BucketAllocator {
   std::condition_variable wake_cv_;
   bool stop_ = false;  // under wake_mu_
   std::thread refill_;
-  uint64_t counts_[4] GUARDED_BY(mu_) = {};
-  uint64_t prio_hist_[kPrioBins] GUARDED_BY(mu_) = {};
+  void CountKind(Kind k, int delta) {
+    counts_[static_cast<int>(k)].fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed);
+  }
+  void CountPrio(uint16_t prio, int delta) {
+    prio_hist_[prio].fetch_add(static_cast<uint32_t>(delta), std::memory_order_relaxed);
+  }
+  std::atomic<uint64_t> counts_[4] = {};
+  std::unique_ptr<std::atomic<uint32_t>[]> prio_hist_;  // kPrioBins
   std::mt19937_64 rng_ GUARDED_BY(mu_){42};
 };
 

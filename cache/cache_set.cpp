@@ -23,6 +23,7 @@ Result<std::unique_ptr<CacheSet>> CacheSet::Create(BlockDevice* cache_dev, Optio
                                    FormatSize(o.bucket_size) + " buckets)");
   std::unique_ptr<CacheSet> set(new CacheSet(cache_dev, o));
   set->buckets_ = std::make_unique<BucketAllocator>(bo);
+  set->knobs_.btree_cache_size = o.btree_cache_size;
   set->store_ = std::make_unique<MemNodeStore>();
   ExtentIndex::Options io;
   io.cache_bytes = o.btree_cache_size;

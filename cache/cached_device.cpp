@@ -98,7 +98,29 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
   return false;
 }
 
+Status CachedDevice::DropExtents() {
+  constexpr uint64_t kStep = 64 << 20;
+  for (uint64_t off = 0; off < size(); off += kStep)
+    UB_RETURN_IF_ERROR(set_->index().Invalidate(dev_, off, std::min(kStep, size() - off)));
+  return Status::OK();
+}
+
+Status CachedDevice::Detach() {
+  attached_.store(false, std::memory_order_release);
+  return DropExtents();
+}
+
+Status CachedDevice::Attach() {
+  UB_RETURN_IF_ERROR(DropExtents());
+  attached_.store(true, std::memory_order_release);
+  return Status::OK();
+}
+
 void CachedDevice::DoSubmit(const IoRequest& req, IoDone done) {
+  if (!attached() && req.op == IoOp::kRead) {
+    backing_->Submit(req, std::move(done));  // detached: the index is not ours to read
+    return;
+  }
   switch (req.op) {
     case IoOp::kRead: DoRead(req, std::move(done)); return;
     case IoOp::kWrite: DoWrite(req, std::move(done)); return;
@@ -140,6 +162,10 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
 }
 
 void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
+  if (!attached()) {
+    CompleteLater(std::move(done), Status::OK());  // a hint, and there is no cache to fill
+    return;
+  }
   struct Prefetch {
     CachedDevice* d;
     uint64_t next, end;
@@ -279,7 +305,7 @@ struct CachedDevice::WriteOp {
 };
 
 void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
-  bool bypass = ShouldBypass(req, true);
+  bool bypass = !attached() || ShouldBypass(req, true);
   // Nothing stale may be read from the cache while this write is in flight.
   Status st = set_->index().Invalidate(dev_, req.offset, req.len);
   if (!st.ok()) {

@@ -21,7 +21,14 @@
 // SequentialDetector) reaches sequential_cutoff, or the congested cutoff
 // while the cache device is slow, is not inserted.
 //
-// Thread safety: any reactor thread. Per-request state lives in the
+// Detach/Attach (ctl detach / attach): while detached, reads go straight to
+// the backing device without looking at the index, and writes go to the
+// backing device only, invalidating their range before and after as a
+// bypassed write does. Detach drops this device's extents from the index;
+// Attach drops them again (a write in flight across Detach may have inserted
+// one), then caching resumes. Either takes effect on the next request.
+//
+// Thread safety: any reactor thread; Detach/Attach from any thread. Per-request state lives in the
 // request; shared state is in thread-safe objects (index shards, bucket
 // allocator, atomics); stream detection is per reactor thread.
 #pragma once
@@ -43,6 +50,9 @@ class CachedDevice final : public BlockDevice {
   std::string Describe() const override;
 
   CacheStats& stats() { return stats_; }
+  Status Detach();
+  Status Attach();
+  bool attached() const { return attached_.load(std::memory_order_acquire); }
   CacheSet* set() const { return set_; }
   BlockDevice* backing() const { return backing_; }
 
@@ -65,11 +75,15 @@ class CachedDevice final : public BlockDevice {
   void Fill(uint64_t start, uint64_t len, const uint8_t* data, uint64_t since);
   void ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool was_hit);
   void PieceDone(ReadOp* op, Status st);
+  // Invalidates this device's whole range, a bounded step at a time so no
+  // index shard is held for long.
+  Status DropExtents();
 
   CacheSet* set_;
   uint32_t dev_;
   BlockDevice* backing_;
   CacheStats stats_;
+  std::atomic<bool> attached_{true};
   std::array<std::unique_ptr<SequentialDetector>, Reactor::kMaxReactors> detectors_;
 };
 

@@ -30,8 +30,17 @@ struct CacheKnobs {
   std::atomic<uint32_t> writeback_percent{10};
   std::atomic<uint32_t> writeback_delay{30};
   std::atomic<bool> writeback_running{true};
+  // The writeback rate controller's (bcache's PI controller) knobs; bcache
+  // keeps rates in 512-byte sectors, these are bytes: 1024 and 8 sectors/s.
+  std::atomic<uint64_t> writeback_rate{512 << 10};        // bytes/s
+  std::atomic<uint32_t> writeback_rate_update_seconds{5};
+  std::atomic<uint32_t> writeback_rate_p_term_inverse{40};
+  std::atomic<uint32_t> writeback_rate_i_term_inverse{10000};
+  std::atomic<uint64_t> writeback_rate_minimum{4096};     // bytes/s
   std::atomic<uint32_t> cutoff_writeback{40};
   std::atomic<uint32_t> cutoff_writeback_sync{70};
+  // Memory for decoded index nodes; the set applies it to its ExtentIndex.
+  std::atomic<uint64_t> btree_cache_size{64 << 20};
 };
 
 }  // namespace ubcache

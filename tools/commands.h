@@ -9,5 +9,6 @@ int ProbeMain(int argc, char** argv);
 int ServeMain(int argc, char** argv);
 int FormatMain(int argc, char** argv);
 int ShowSuperMain(int argc, char** argv);
+int CtlMain(int argc, char** argv);
 
 }  // namespace ubcache

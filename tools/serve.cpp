@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/block_device.h"
@@ -11,6 +12,7 @@
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
 #include "cache/superblock.h"
+#include "control/control_server.h"
 #include "frontend/nbd_server.h"
 #include "frontend/ublk_server.h"
 #include "tools/args.h"
@@ -93,6 +95,34 @@ std::unique_ptr<UblkServer> StartUblk(const Args& args, const std::vector<NbdExp
   return server;
 }
 
+// The control socket and metrics listener over the cache set's exports
+// (null without a cache). `superblock_devs[i]`: export i's formatted
+// backing device, or null.
+std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet* set,
+                                                     const std::vector<std::unique_ptr<CachedDevice>>& cached,
+                                                     const std::vector<std::string>& names,
+                                                     const std::vector<BlockDevice*>& superblock_devs) {
+  if (!set) {
+    if (args.Has("control") || args.Has("metrics-listen"))
+      args.UsageError("--control and --metrics-listen need a --cache");
+    return nullptr;
+  }
+  control::ControlServerOptions co;
+  co.socket_path = args.Has("control") ? args.Get("control") : control::DefaultSocketPath(names[0]);
+  co.socket_required = args.Has("control");
+  co.metrics_listen = args.Get("metrics-listen");
+  std::vector<BlockDevice*> formatted;
+  for (BlockDevice* d : superblock_devs)
+    if (d) formatted.push_back(d);
+  std::vector<control::Target> targets;
+  for (size_t i = 0; i < cached.size(); i++)
+    targets.push_back({names[i], cached[i].get(), set, superblock_devs[i], formatted});
+  auto ctl = std::make_unique<control::ControlServer>(co, std::move(targets));
+  Status st = ctl->Start();
+  if (!st.ok()) Die(2, st.message());
+  return ctl;
+}
+
 }  // namespace
 
 int ServeMain(int argc, char** argv) {
@@ -130,6 +160,9 @@ int ServeMain(int argc, char** argv) {
               "ubcache", true)
       .Option("description", "TEXT", "export description shown by nbdinfo")
       .Option("threads", "N", "reactor threads, each with its own io_uring (0: one per core)", "0")
+      .Option("control", "PATH",
+              "control socket for 'ubcache ctl' (default /run/ubcache/EXPORT.sock, with --cache)")
+      .Option("metrics-listen", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics")
       .Flag("read-only", "refuse writes (EPERM) and open the device read-only")
       .Epilog(DeviceSpecHelp());
   args.Parse(argc - 1, argv + 1);
@@ -167,6 +200,8 @@ int ServeMain(int argc, char** argv) {
   // holds data only its cache has, and is never served without it.
   std::vector<std::unique_ptr<BlockDevice>> raw_backings;  // under an OffsetDevice
   std::vector<std::unique_ptr<BlockDevice>> backings;
+  std::vector<BlockDevice*> superblock_devs(backing_specs.size(), nullptr);  // formatted ones
+  std::optional<CacheMode> sb_cache_mode;  // the first formatted backing device's
   for (size_t i = 0; i < backing_specs.size(); i++) {
     const std::string& spec = backing_specs[i];
     auto dev = OpenDevice(spec, opts);
@@ -184,6 +219,8 @@ int ServeMain(int argc, char** argv) {
       if (i >= args.GetAll("export").size() && !sb->label.empty()) names[i] = sb->label;
       UB_INFO("{}: bcache backing superblock, data at {}, label '{}'", spec, FormatSize(data_offset),
               sb->label);
+      superblock_devs[i] = dev->get();
+      if (!sb_cache_mode) sb_cache_mode = sb->cache_mode;
     } else if (*kind != SuperblockKind::kNone) {
       Die(2, spec + ": holds a cache superblock; a cache device goes to --cache");
     }
@@ -225,6 +262,9 @@ int ServeMain(int argc, char** argv) {
     auto s = CacheSet::Create(cache_dev.get(), co);
     if (!s.ok()) Die(2, s.status().message());
     set = std::move(s).value();
+    // cache_mode persists in the backing superblock (ctl set cache_mode); a
+    // flag overrides it for this run.
+    if (sb_cache_mode) set->knobs().cache_mode = *sb_cache_mode;
     ApplyKnobFlags(args, set->knobs());
     for (size_t i = 0; i < backings.size(); i++)
       cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(),
@@ -241,6 +281,7 @@ int ServeMain(int argc, char** argv) {
     exports.push_back(e);
   }
 
+  std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), cached, names, superblock_devs);
   std::unique_ptr<UblkServer> ublk = StartUblk(args, exports, io_opt);
   Status st;
   if (args.Has("nbd")) {
@@ -258,6 +299,7 @@ int ServeMain(int argc, char** argv) {
     Status ust = ublk->Stop();
     if (st.ok()) st = ust;
   }
+  if (ctl) ctl->Stop();
   for (size_t i = 0; i < cached.size(); i++) LogStats(names[i], *cached[i]);
   if (!st.ok()) {
     UB_ERROR("{}", st.ToString());

@@ -52,14 +52,15 @@ Space Ok(Result<Space> r) {
   return std::move(r).value();
 }
 
-uint64_t HistogramSum(const BucketAllocator::Usage& u) {
-  return std::accumulate(std::begin(u.prio_histogram), std::end(u.prio_histogram), uint64_t{0});
+uint64_t HistogramSum(const BucketAllocator& a) {
+  std::vector<uint64_t> h = a.prio_histogram();
+  return std::accumulate(h.begin(), h.end(), uint64_t{0});
 }
 
 void RequireConsistent(const BucketAllocator& a) {
   BucketAllocator::Usage u = a.usage();
   REQUIRE(u.free + u.data + u.metadata + u.reserved == u.buckets);
-  REQUIRE(HistogramSum(u) == u.data);
+  REQUIRE(HistogramSum(a) == u.data);
 }
 
 }  // namespace
@@ -356,21 +357,42 @@ TEST_CASE("after GC, freeing metadata advances the generation again") {
   REQUIRE(int{next.gen} == BucketAllocator::kMaxGenLead + 1);
 }
 
-TEST_CASE("priorities land in histogram bins of 1024 and move with Touch and decay") {
+TEST_CASE("priorities land in exact histogram bins and move with Touch and decay") {
   BucketAllocator a(Opts(4));
   Fill(a);
   Fill(a);
-  const unsigned top = BucketAllocator::kInitialPrio / 1024;
-  REQUIRE(a.usage().prio_histogram[top] == 2);
+  const unsigned top = BucketAllocator::kInitialPrio;
+  REQUIRE(a.prio_histogram()[top] == 2);
   a.DecayPriorities();
-  REQUIRE(a.usage().prio_histogram[top - 1] == 2);
+  REQUIRE(a.prio_histogram()[top - 1] == 2);
   a.Touch(0);
-  REQUIRE(a.usage().prio_histogram[top] == 1);
-  REQUIRE(a.usage().prio_histogram[top - 1] == 1);
+  REQUIRE(a.prio_histogram()[top] == 1);
+  REQUIRE(a.prio_histogram()[top - 1] == 1);
   for (int i = 0; i < 40000; i++) a.DecayPriorities();  // floors at 0
-  REQUIRE(a.usage().prio_histogram[0] == 2);
+  REQUIRE(a.prio_histogram()[0] == 2);
   a.Touch(3);  // free: no effect
-  REQUIRE(HistogramSum(a.usage()) == 2);
+  REQUIRE(HistogramSum(a) == 2);
+}
+
+TEST_CASE("priority_stats reports bcache's percentages and age quantiles without a scan") {
+  BucketAllocator a(Opts(4));  // 4 buckets, none reserved
+  Fill(a);
+  Fill(a);
+  a.DecayPriorities();
+  a.DecayPriorities();
+  a.Touch(0);  // bucket 0 age 0, bucket 1 age 2
+  BucketAllocator::PriorityStats ps = a.priority_stats();
+  REQUIRE(ps.clean_percent == 50);
+  REQUIRE(ps.unused_percent == 50);
+  REQUIRE(ps.dirty_percent == 0);
+  REQUIRE(ps.metadata_percent == 0);
+  REQUIRE(ps.average == 1);
+  REQUIRE(ps.bytes_per_quantile == 2 * a.options().bucket_size / 32);
+  // Ranks 2*(i+1)/32: the first 15 quantiles fall on the youngest bucket.
+  REQUIRE(ps.quantiles[0] == 0);
+  REQUIRE(ps.quantiles[14] == 0);
+  REQUIRE(ps.quantiles[15] == 2);
+  REQUIRE(ps.quantiles[30] == 2);
 }
 
 TEST_CASE("usage counts and the priority histogram stay consistent across random operations") {

@@ -1,0 +1,418 @@
+#include "control/attributes.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "cache/superblock.h"
+#include "util/clock.h"
+#include "util/size.h"
+
+namespace ubcache::control {
+
+const char* GroupName(Group g) {
+  switch (g) {
+    case Group::kBackingDevice: return "backing_device";
+    case Group::kCacheSet: return "cache_set";
+    case Group::kCacheDevice: return "cache_device";
+    case Group::kStatsTotal: return "stats_total";
+    case Group::kStatsFiveMinute: return "stats_five_minute";
+    case Group::kStatsHour: return "stats_hour";
+    case Group::kStatsDay: return "stats_day";
+    case Group::kInternal: return "internal";
+  }
+  return "?";
+}
+
+std::optional<Group> ParseGroup(std::string_view name) {
+  for (Group g : kAllGroups)
+    if (name == GroupName(g)) return g;
+  return std::nullopt;
+}
+
+bool PerDevice(Group g) { return g != Group::kCacheSet && g != Group::kCacheDevice && g != Group::kInternal; }
+
+Reading::Reading(const Target& t) : t_(t), now_ns_(NowNanos()) {}
+
+const StatsGroup& Reading::stats(StatsWindow w) {
+  auto& s = stats_[static_cast<int>(w)];
+  if (!s) s = t_.device->stats().Snapshot(w, now_ns_);
+  return *s;
+}
+
+const BucketAllocator::PriorityStats& Reading::priority() {
+  if (!prio_) prio_ = t_.set->buckets().priority_stats();
+  return *prio_;
+}
+
+namespace {
+
+std::string FormatReal(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string Value::ToString() const {
+  switch (kind) {
+    case Kind::kInt: return std::to_string(i);
+    case Kind::kReal: return FormatReal(r);
+    case Kind::kText: return text;
+    case Kind::kList: {
+      std::string s = "[";
+      for (size_t k = 0; k < list.size(); k++) s += (k ? " " : "") + FormatReal(list[k]);
+      return s + "]";
+    }
+  }
+  return "";
+}
+
+std::string Value::ToJson() const {
+  switch (kind) {
+    case Kind::kInt: return std::to_string(i);
+    case Kind::kReal: return std::isfinite(r) ? FormatReal(r) : "null";
+    case Kind::kText: return JsonString(text);
+    case Kind::kList: {
+      std::string s = "[";
+      for (size_t k = 0; k < list.size(); k++) s += (k ? "," : "") + FormatReal(list[k]);
+      return s + "]";
+    }
+  }
+  return "null";
+}
+
+namespace {
+
+std::string Range(uint64_t min, uint64_t max, const char* unit) {
+  return std::to_string(min) + ".." + std::to_string(max) + (*unit ? " " : "") + unit;
+}
+
+Status Refuse(const std::string& name, std::string_view value, const std::string& range) {
+  return Status::InvalidArgument(name + ": invalid value '" + std::string(value) + "' (valid: " +
+                                 range + ")");
+}
+
+// A knob held in CacheKnobs as an atomic integer (or bool): `sizes` accepts
+// "4M" style values.
+template <typename T>
+Attribute IntKnob(std::string name, Group g, std::string help, std::atomic<T> CacheKnobs::*field,
+                  uint64_t min, uint64_t max, const char* unit, bool sizes, std::string metric,
+                  double scale = 1) {
+  Attribute a;
+  a.name = std::move(name);
+  a.group = g;
+  a.help = std::move(help);
+  a.range = Range(min, max, unit) + (sizes ? " (sizes like 4M accepted)" : "");
+  a.default_value = std::to_string(static_cast<uint64_t>(CacheKnobs{}.*field));
+  a.metric = std::move(metric);
+  a.type = MetricType::kGauge;
+  a.scale = scale;
+  a.get = [field](Reading& r) {
+    return Value::Int(static_cast<uint64_t>((r.target().set->knobs().*field).load()));
+  };
+  std::string n = a.name, range = a.range;
+  a.set = [field, min, max, sizes, n, range](const Target& t, std::string_view v) -> Status {
+    Result<uint64_t> parsed = sizes ? ParseSize(v) : ParseUint(v, 0, UINT64_MAX, n);
+    if (!parsed.ok() || *parsed < min || *parsed > max) return Refuse(n, v, range);
+    (t.set->knobs().*field).store(static_cast<T>(*parsed));
+    return Status::OK();
+  };
+  return a;
+}
+
+Attribute Stat(std::string name, Group g, std::string help, std::string metric, MetricType type,
+               std::function<Value(Reading&)> get) {
+  Attribute a;
+  a.name = std::move(name);
+  a.group = g;
+  a.help = std::move(help);
+  a.metric = std::move(metric);
+  a.type = type;
+  a.get = std::move(get);
+  return a;
+}
+
+Attribute EnumKnob(std::string name, Group g, std::string help, std::string metric,
+                   std::string enum_label, std::vector<std::string> choices, std::string def,
+                   std::function<Value(Reading&)> get,
+                   std::function<Status(const Target&, std::string_view)> set) {
+  Attribute a = Stat(std::move(name), g, std::move(help), std::move(metric), MetricType::kGauge, std::move(get));
+  a.enum_label = std::move(enum_label);
+  for (const auto& c : choices) a.range += (a.range.empty() ? "" : ", ") + c;
+  a.choices = std::move(choices);
+  a.default_value = std::move(def);
+  std::string n = a.name, range = a.range;
+  a.set = [set, n, range](const Target& t, std::string_view v) -> Status {
+    Status st = set(t, v);
+    return st.IsInvalidArgument() ? Refuse(n, v, range) : st;
+  };
+  return a;
+}
+
+// bcache's cache_mode lives in the backing superblock (flags bits 0-3): write
+// every formatted backing device of the set first, so a failed write leaves
+// the knob as it was.
+Status SetCacheMode(const Target& t, std::string_view v) {
+  Result<CacheMode> m = ParseCacheMode(v);
+  if (!m.ok()) return m.status();
+  for (BlockDevice* dev : t.set_superblock_devs) {
+    UB_ASSIGN_OR_RETURN(BackingSuperblock sb, ReadBackingSuperblock(*dev));
+    if (sb.cache_mode == *m) continue;
+    sb.cache_mode = *m;
+    sb.seq++;
+    Status st = WriteBackingSuperblock(*dev, sb);
+    if (!st.ok()) return Status::IoError("cache_mode: writing the backing superblock of " + dev->spec() + ": " + st.message());
+  }
+  t.set->knobs().cache_mode.store(*m);
+  return Status::OK();
+}
+
+void AddStatsGroup(std::vector<Attribute>& table, Group g, StatsWindow w) {
+  const std::string prefix = std::string(GroupName(g)) + "/";
+  const bool total = w == StatsWindow::kTotal;
+  // stats_total are counters (ubcache_cache_hits_total); the decayed
+  // windows are gauges with a window label (ubcache_cache_hits_window).
+  const MetricType type = total ? MetricType::kCounter : MetricType::kGauge;
+  const std::string labels = total ? "" : std::string("window=\"") + StatsWindowName(w) + "\"";
+  struct Field {
+    const char* name;
+    const char* help;
+    const char* metric;
+    double StatsGroup::*member;
+  };
+  static const Field kFields[] = {
+      {"cache_hits", "reads served entirely from the cache", "cache_hits", &StatsGroup::cache_hits},
+      {"cache_misses", "reads that needed the backing device", "cache_misses", &StatsGroup::cache_misses},
+      {"cache_bypass_hits", "hits among reads that bypassed the cache", "cache_bypass_hits",
+       &StatsGroup::cache_bypass_hits},
+      {"cache_bypass_misses", "misses among reads that bypassed the cache", "cache_bypass_misses",
+       &StatsGroup::cache_bypass_misses},
+      {"cache_miss_collisions", "fills dropped because a write raced them", "cache_miss_collisions",
+       &StatsGroup::cache_miss_collisions},
+      {"cache_readaheads", "NBD_CMD_CACHE prefetch steps", "cache_readaheads", &StatsGroup::cache_readaheads},
+      {"bypassed", "bytes of I/O that bypassed the cache", "bypassed_bytes", &StatsGroup::bypassed},
+  };
+  for (const Field& f : kFields) {
+    Attribute a = Stat(prefix + f.name, g, f.help, std::string(f.metric) + (total ? "_total" : "_window"),
+                       type, [w, m = f.member](Reading& r) { return Value::Real(r.stats(w).*m); });
+    a.labels = labels;
+    table.push_back(std::move(a));
+  }
+  Attribute ratio = Stat(prefix + "cache_hit_ratio", g, "hits as a percentage of hits + misses",
+                         "cache_hit_ratio_percent", MetricType::kGauge,
+                         [w](Reading& r) { return Value::Int(r.stats(w).hit_ratio()); });
+  ratio.labels = labels.empty() ? "window=\"total\"" : labels;
+  table.push_back(std::move(ratio));
+}
+
+std::vector<Attribute> BuildTable() {
+  std::vector<Attribute> t;
+  constexpr uint64_t kUint = std::numeric_limits<uint32_t>::max();
+  const Group bdev = Group::kBackingDevice, cset = Group::kCacheSet, cdev = Group::kCacheDevice;
+
+  // ---- backing device (bcache: /sys/block/bcacheN/bcache/) ----
+  t.push_back(EnumKnob(
+      "cache_mode", bdev, "writethrough, writeback (as writethrough until writeback lands), writearound, none",
+      "cache_mode", "mode", {"writethrough", "writeback", "writearound", "none"}, "writethrough",
+      [](Reading& r) { return Value::Text(CacheModeName(r.target().set->knobs().cache_mode.load())); },
+      SetCacheMode));
+  t.push_back(IntKnob("sequential_cutoff", bdev, "streams this long bypass the cache; 0 disables",
+                      &CacheKnobs::sequential_cutoff, 0, kUint, "bytes", true, "sequential_cutoff_bytes"));
+  t.push_back(IntKnob("writeback_percent", bdev, "dirty data target, percent of the cache",
+                      &CacheKnobs::writeback_percent, 0, 40, "percent", false, "writeback_percent"));
+  t.push_back(IntKnob("writeback_delay", bdev, "seconds to sleep after a full writeback pass",
+                      &CacheKnobs::writeback_delay, 0, kUint, "seconds", false, "writeback_delay_seconds"));
+  t.push_back(IntKnob("writeback_running", bdev, "1 runs writeback, 0 pauses it", &CacheKnobs::writeback_running,
+                      0, 1, "", false, "writeback_running"));
+  t.push_back(IntKnob("writeback_rate", bdev, "writeback rate, bytes/s (the PI controller's output)",
+                      &CacheKnobs::writeback_rate, 512, kUint * 512, "bytes/s", true,
+                      "writeback_rate_bytes_per_second"));
+  t.push_back(IntKnob("writeback_rate_update_seconds", bdev, "seconds between rate updates",
+                      &CacheKnobs::writeback_rate_update_seconds, 1, 60, "seconds", false,
+                      "writeback_rate_update_seconds"));
+  t.push_back(IntKnob("writeback_rate_p_term_inverse", bdev, "proportional term divisor",
+                      &CacheKnobs::writeback_rate_p_term_inverse, 1, kUint, "", false,
+                      "writeback_rate_p_term_inverse"));
+  t.push_back(IntKnob("writeback_rate_i_term_inverse", bdev, "integral term divisor",
+                      &CacheKnobs::writeback_rate_i_term_inverse, 1, kUint, "", false,
+                      "writeback_rate_i_term_inverse"));
+  t.push_back(IntKnob("writeback_rate_minimum", bdev, "lowest writeback rate, bytes/s",
+                      &CacheKnobs::writeback_rate_minimum, 512, kUint * 512, "bytes/s", true,
+                      "writeback_rate_minimum_bytes_per_second"));
+  t.push_back(Stat("dirty_data", bdev, "bytes in the cache not yet on the backing device (no writeback yet: 0)",
+                   "dirty_data_bytes", MetricType::kGauge, [](Reading&) { return Value::Int(0); }));
+  {
+    Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state", "state",
+                       MetricType::kGauge, [](Reading& r) {
+                         return Value::Text(r.target().device->attached() ? "clean" : "no cache");
+                       });
+    a.enum_label = "state";
+    a.choices = {"no cache", "clean", "dirty"};
+    t.push_back(std::move(a));
+  }
+  t.push_back(Stat("running", bdev, "1 while the export is served", "running", MetricType::kGauge,
+                   [](Reading&) { return Value::Int(1); }));
+  t.push_back(Stat("size", bdev, "bytes the export serves", "size_bytes", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().device->size()); }));
+
+  // ---- cache set (bcache: /sys/fs/bcache/<uuid>/) ----
+  t.push_back(IntKnob("congested_read_threshold_us", cset,
+                      "cache read latency above which reads start bypassing; 0 disables",
+                      &CacheKnobs::congested_read_threshold_us, 0, kUint, "us", false,
+                      "congested_read_threshold_seconds", 1e-6));
+  t.push_back(IntKnob("congested_write_threshold_us", cset, "the same for writes; 0 disables",
+                      &CacheKnobs::congested_write_threshold_us, 0, kUint, "us", false,
+                      "congested_write_threshold_seconds", 1e-6));
+  {
+    Attribute a = IntKnob("btree_cache_size", cset, "memory for decoded index nodes", &CacheKnobs::btree_cache_size,
+                          1 << 20, uint64_t{1} << 40, "bytes", true, "btree_cache_size_bytes");
+    auto set_knob = a.set;
+    a.set = [set_knob](const Target& t, std::string_view v) {
+      UB_RETURN_IF_ERROR(set_knob(t, v));
+      t.set->index().SetCacheBytes(t.set->knobs().btree_cache_size.load());
+      return Status::OK();
+    };
+    t.push_back(std::move(a));
+  }
+  t.push_back(IntKnob("cutoff_writeback", cset, "percent of the cache in use above which writes stop going writeback",
+                      &CacheKnobs::cutoff_writeback, 1, 70, "percent", false, "cutoff_writeback_percent"));
+  t.push_back(IntKnob("cutoff_writeback_sync", cset, "the same for sync writes", &CacheKnobs::cutoff_writeback_sync,
+                      1, 90, "percent", false, "cutoff_writeback_sync_percent"));
+  t.push_back(Stat("cache_available_percent", cset, "buckets free or clean, percent", "cache_available_percent",
+                   MetricType::kGauge, [](Reading& r) {
+                     const auto& p = r.priority();
+                     return Value::Int(p.unused_percent + p.clean_percent);
+                   }));
+  t.push_back(Stat("congested", cset, "the congestion score: below 0 while the cache device is slow",
+                   "congested", MetricType::kGauge,
+                   [](Reading& r) { return Value::Real(static_cast<double>(r.target().set->congestion().score())); }));
+  t.push_back(Stat("bucket_size", cset, "bytes per bucket", "bucket_size_bytes", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().set->options().bucket_size); }));
+  t.push_back(Stat("nbuckets", cset, "buckets on the cache device", "buckets", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().set->buckets().usage().buckets); }));
+  t.push_back(Stat("average_key_size", cset, "average cached extent, bytes", "average_key_size_bytes",
+                   MetricType::kGauge, [](Reading& r) {
+                     auto s = r.target().set->index().stats();
+                     uint64_t used = r.target().set->buckets().usage().data * r.target().set->options().bucket_size;
+                     return Value::Int(s.extents ? used / s.extents : 0);
+                   }));
+  t.push_back(Stat("cache_device", cset, "the cache device", "", MetricType::kNone,
+                   [](Reading& r) { return Value::Text(r.target().set->cache_dev()->spec()); }));
+
+  // ---- cache device (bcache: /sys/block/<ssd>/bcache/) ----
+  t.push_back(EnumKnob(
+      "cache_replacement_policy", cdev, "which bucket is reclaimed first", "cache_replacement_policy", "policy",
+      {"lru", "fifo", "random"}, "lru",
+      [](Reading& r) { return Value::Text(ReplacementPolicyName(r.target().set->knobs().replacement.load())); },
+      [](const Target& t, std::string_view v) -> Status {
+        UB_ASSIGN_OR_RETURN(ReplacementPolicy p, ParseReplacementPolicy(v));
+        t.set->knobs().replacement.store(p);
+        return Status::OK();
+      }));
+  using PS = BucketAllocator::PriorityStats;
+  struct Pct {
+    const char* name;
+    const char* help;
+    unsigned PS::*member;
+  };
+  static const Pct kPct[] = {{"unused_percent", "buckets holding nothing", &PS::unused_percent},
+                             {"clean_percent", "buckets holding clean data", &PS::clean_percent},
+                             {"dirty_percent", "buckets holding dirty data", &PS::dirty_percent},
+                             {"metadata_percent", "buckets holding metadata", &PS::metadata_percent}};
+  for (const Pct& p : kPct)
+    t.push_back(Stat(std::string("priority_stats/") + p.name, cdev, p.help, std::string("priority_stats_") + p.name,
+                     MetricType::kGauge, [m = p.member](Reading& r) { return Value::Int(r.priority().*m); }));
+  t.push_back(Stat("priority_stats/average", cdev, "average age of data buckets (priority steps)",
+                   "priority_stats_average_age", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.priority().average); }));
+  t.push_back(Stat("priority_stats/bytes_per_quantile", cdev, "data bytes between two quantiles", "", MetricType::kNone,
+                   [](Reading& r) { return Value::Int(r.priority().bytes_per_quantile); }));
+  t.push_back(Stat("priority_stats/quantiles", cdev, "31 quantiles of data bucket age, youngest first",
+                   "priority_stats_age", MetricType::kGauge, [](Reading& r) {
+                     const PS& p = r.priority();
+                     return Value::List(std::vector<double>(std::begin(p.quantiles), std::end(p.quantiles)));
+                   }));
+  t.push_back(Stat("free_buckets", cdev, "buckets on the free list or reclaimable", "free_buckets",
+                   MetricType::kGauge, [](Reading& r) { return Value::Int(r.target().set->buckets().usage().free); }));
+
+  // ---- stats_* (per backing device) ----
+  AddStatsGroup(t, Group::kStatsTotal, StatsWindow::kTotal);
+  AddStatsGroup(t, Group::kStatsFiveMinute, StatsWindow::kFiveMinute);
+  AddStatsGroup(t, Group::kStatsHour, StatsWindow::kHour);
+  AddStatsGroup(t, Group::kStatsDay, StatsWindow::kDay);
+
+  // ---- internal ----
+  const Group in = Group::kInternal;
+  t.push_back(Stat("internal/gc_runs", in, "garbage collections run", "gc_runs_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().set->gc_runs()); }));
+  struct IndexField {
+    const char* name;
+    const char* help;
+    const char* metric;
+    MetricType type;
+    uint64_t ExtentIndex::Stats::*member;
+  };
+  using IS = ExtentIndex::Stats;
+  static const IndexField kIndex[] = {
+      {"btree_extents", "extents in the index", "btree_extents", MetricType::kGauge, &IS::extents},
+      {"btree_nodes", "index nodes", "btree_nodes", MetricType::kGauge, &IS::nodes},
+      {"btree_cached_nodes", "index nodes decoded in memory", "btree_cached_nodes", MetricType::kGauge,
+       &IS::cached_nodes},
+      {"btree_cached_bytes", "memory those nodes use", "btree_cached_bytes", MetricType::kGauge, &IS::cached_bytes},
+      {"btree_node_reads", "index node reads", "btree_node_reads_total", MetricType::kCounter, &IS::node_reads},
+      {"btree_node_writes", "index node writes", "btree_node_writes_total", MetricType::kCounter, &IS::node_writes},
+      {"journal_bytes", "journal bytes since the last checkpoint", "journal_bytes", MetricType::kGauge,
+       &IS::journal_bytes},
+  };
+  for (const IndexField& f : kIndex)
+    t.push_back(Stat(std::string("internal/") + f.name, in, f.help, f.metric, f.type,
+                     [m = f.member](Reading& r) { return Value::Int(r.target().set->index().stats().*m); }));
+  return t;
+}
+
+}  // namespace
+
+const std::vector<Attribute>& Attributes() {
+  static const std::vector<Attribute> table = BuildTable();
+  return table;
+}
+
+const Attribute* FindAttribute(std::string_view name) {
+  for (const Attribute& a : Attributes())
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+Status SetAttribute(const Target& t, std::string_view name, std::string_view value) {
+  const Attribute* a = FindAttribute(name);
+  if (!a) return Status::NotFound("no attribute '" + std::string(name) + "' (see 'ubcache ctl show')");
+  if (!a->set) return Status::InvalidArgument(std::string(name) + " is read-only");
+  return a->set(t, value);
+}
+
+}  // namespace ubcache::control

@@ -1,0 +1,328 @@
+#include "control/control_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "backend/reactor.h"
+#include "util/log.h"
+
+namespace ubcache::control {
+
+namespace {
+
+constexpr size_t kMaxConns = 64;
+constexpr size_t kMaxOutBytes = 64 << 20;
+
+Status Errno(const std::string& what) { return Status::FromErrno(errno, what); }
+
+
+sockaddr_un UnixAddr(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.data(), path.size());
+  return a;
+}
+
+// Is a daemon listening on `path`?
+bool Listening(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un a = UnixAddr(path);
+  bool live = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return live;
+}
+
+}  // namespace
+
+std::string DefaultSocketPath(const std::string& export_name) {
+  std::string name = export_name.empty() ? "ubcache" : export_name;
+  for (char& c : name)
+    if (c == '/' || c <= ' ' || c > '~') c = '_';
+  return "/run/ubcache/" + name + ".sock";
+}
+
+struct ControlServer::Conn {
+  int fd = -1;
+  bool http = false;
+  bool closing = false;  // close once `out` is written
+  LineReader lines;
+  std::string head;  // http
+  std::string out;
+  ~Conn() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+ControlServer::ControlServer(ControlServerOptions o, std::vector<Target> targets)
+    : o_(std::move(o)), controller_(std::move(targets)) {}
+
+ControlServer::~ControlServer() { Stop(); }
+
+Status ControlServer::Start() {
+  stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) return Errno("control: eventfd");
+  if (!o_.socket_path.empty()) {
+    const std::string& path = o_.socket_path;
+    if (path.size() >= sizeof(sockaddr_un::sun_path))
+      return Status::InvalidArgument("--control " + path + ": path too long for a Unix socket");
+    size_t slash = path.rfind('/');
+    if (slash != std::string::npos && slash > 0) mkdir(path.substr(0, slash).c_str(), 0755);  // e.g. /run/ubcache
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) return Status::InvalidArgument("--control " + path + ": exists and is not a socket");
+      if (Listening(path)) {
+        if (o_.socket_required)
+          return Status::Busy("--control " + path + ": another daemon is listening there");
+        UB_WARN("control socket {} belongs to another running daemon; this one runs without a control socket "
+                "(give it --control PATH)",
+                path);
+        goto http;
+      }
+      unlink(path.c_str());  // stale: its daemon is gone
+    }
+    {
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) return Errno("control: socket");
+      sockaddr_un a = UnixAddr(path);
+      // 0600 from the start: umask makes the socket file no wider than this
+      // between bind and chmod.
+      mode_t old = umask(0177);
+      int rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      umask(old);
+      if (rc < 0 || chmod(path.c_str(), 0600) < 0 || listen(fd, 16) < 0) {
+        Status s = Errno("--control " + path);
+        close(fd);
+        if (!o_.socket_required) {
+          UB_WARN("{}; running without a control socket", s.message());
+          goto http;
+        }
+        return s;
+      }
+      unix_fd_ = fd;
+      socket_path_ = path;
+      UB_INFO("control socket: {} ('ubcache ctl --control {} show')", path, path);
+    }
+  }
+http:
+  if (!o_.metrics_listen.empty()) {
+    const std::string& addr = o_.metrics_listen;
+    size_t colon = addr.rfind(':');
+    if (colon == std::string::npos)
+      return Status::InvalidArgument("--metrics-listen " + addr + ": want HOST:PORT, e.g. 127.0.0.1:9105");
+    std::string host = addr.substr(0, colon);
+    if (host == "localhost") host = "127.0.0.1";
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    char* end = nullptr;
+    long port = strtol(addr.c_str() + colon + 1, &end, 10);
+    if (inet_pton(AF_INET, host.c_str(), &sin.sin_addr) != 1 || colon + 1 == addr.size() || *end || port < 0 ||
+        port > 65535)
+      return Status::InvalidArgument("--metrics-listen " + addr + ": want IPV4:PORT, e.g. 127.0.0.1:9105");
+    sin.sin_port = htons(static_cast<uint16_t>(port));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return Errno("metrics: socket");
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0 || listen(fd, 16) < 0) {
+      Status s = Errno("--metrics-listen " + addr);
+      close(fd);
+      return s;
+    }
+    socklen_t len = sizeof sin;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len);
+    metrics_port_ = ntohs(sin.sin_port);
+    http_fd_ = fd;
+    UB_INFO("metrics: http://{}:{}/metrics", host, metrics_port_);
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return Status::OK();
+}
+
+void ControlServer::Stop() {
+  if (thread_.joinable()) {
+    uint64_t one = 1;
+    ssize_t n = write(stop_fd_, &one, sizeof one);
+    (void)n;
+    thread_.join();
+  }
+  conns_.clear();
+  if (unix_fd_ >= 0) {
+    close(unix_fd_);
+    unix_fd_ = -1;
+    unlink(socket_path_.c_str());
+  }
+  if (http_fd_ >= 0) {
+    close(http_fd_);
+    http_fd_ = -1;
+  }
+  if (stop_fd_ >= 0) {
+    close(stop_fd_);
+    stop_fd_ = -1;
+  }
+}
+
+void ControlServer::Accept(int lfd, bool http) {
+  for (;;) {
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a connection that went away
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->http = http;
+    if (conns_.size() >= kMaxConns) continue;  // closed by ~Conn: too many clients
+    if (!http) {
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+          (cred.uid != 0 && cred.uid != geteuid())) {
+        UB_WARN("control: refused a connection from uid {} (only root and uid {} may control this daemon)", cred.uid,
+                geteuid());
+        c->out = EncodeFrame(FrameKind::kError, "permission denied: uid " + std::to_string(cred.uid) +
+                                                    " is neither root nor the daemon's uid " +
+                                                    std::to_string(geteuid()));
+        c->closing = true;
+      }
+    }
+    conns_.push_back(std::move(c));
+  }
+}
+
+void ControlServer::HandleLine(Conn& c, const std::string& line) {
+  Result<Request> req = ParseRequest(line);
+  if (!req.ok()) {
+    c.out += EncodeFrame(FrameKind::kError, req.status().message());
+    return;
+  }
+  Result<std::string> body = controller_.Execute(
+      *req, [&c](const std::string& p) { c.out += EncodeFrame(FrameKind::kProgress, p); });
+  if (body.ok())
+    c.out += EncodeFrame(FrameKind::kOk, *body);
+  else
+    c.out += EncodeFrame(FrameKind::kError, body.status().message());
+}
+
+void ControlServer::HandleHttp(Conn& c) {
+  HttpRequest req;
+  HttpParse p = ParseHttpRequest(c.head, &req);
+  if (p == HttpParse::kNeedMore) return;
+  std::string status, type = "text/plain; charset=utf-8", body;
+  if (p == HttpParse::kBad) {
+    status = "400 Bad Request";
+    body = "bad request\n";
+  } else if (req.method != "GET" && req.method != "HEAD") {
+    status = "405 Method Not Allowed";
+    body = "only GET\n";
+  } else if (req.target != "/metrics" && req.target.rfind("/metrics?", 0) != 0) {
+    status = "404 Not Found";
+    body = "see /metrics\n";
+  } else {
+    status = "200 OK";
+    type = "text/plain; version=0.0.4; charset=utf-8";
+    body = controller_.Metrics();
+  }
+  c.out = "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
+          "\r\nConnection: close\r\n\r\n";
+  if (req.method != "HEAD") c.out += body;
+  c.closing = true;
+}
+
+void ControlServer::OnReadable(Conn& c) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(c.fd, buf, sizeof buf);
+    if (n == 0) {
+      c.closing = true;  // the peer is done; answer what it sent, then close
+      break;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) {
+        c.closing = true;
+        c.out.clear();
+      }
+      break;
+    }
+    if (c.http) {
+      c.head.append(buf, static_cast<size_t>(n));
+      HandleHttp(c);
+      if (c.closing) return;
+      continue;
+    }
+    c.lines.Feed(buf, static_cast<size_t>(n));
+    std::string line;
+    for (;;) {
+      LineReader::Next next = c.lines.Pop(&line);
+      if (next == LineReader::Next::kNeedMore) break;
+      if (next == LineReader::Next::kTooLong) {
+        c.out += EncodeFrame(FrameKind::kError, "request longer than " + std::to_string(kMaxRequestBytes) + " bytes");
+        c.closing = true;
+        return;
+      }
+      HandleLine(c, line);
+    }
+    if (c.out.size() > kMaxOutBytes) {  // a client that sends but never reads
+      c.out.clear();
+      c.closing = true;
+      return;
+    }
+  }
+}
+
+bool ControlServer::Flush(Conn& c) {
+  while (!c.out.empty()) {
+    ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return true;
+      return false;
+    }
+    c.out.erase(0, static_cast<size_t>(n));
+  }
+  return !c.closing;
+}
+
+void ControlServer::Loop() {
+  auto reactor = Reactor::Create(64);
+  if (reactor.ok()) (*reactor)->Bind();  // for superblock writes and flush
+  else
+    UB_WARN("control: no reactor ({}); commands that do I/O will fail", reactor.status().ToString());
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back({stop_fd_, POLLIN, 0});
+    fds.push_back({unix_fd_, POLLIN, 0});  // poll ignores negative fds
+    fds.push_back({http_fd_, POLLIN, 0});
+    for (auto& c : conns_) fds.push_back({c->fd, static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      UB_ERROR("control: poll: {}", strerror(errno));
+      return;
+    }
+    if (fds[0].revents) return;
+    size_t n = conns_.size();  // Accept appends; new ones are polled next turn
+    std::vector<bool> done(n, false);
+    for (size_t i = 0; i < n; i++) {
+      Conn& c = *conns_[i];
+      short re = fds[3 + i].revents;
+      if (re & (POLLIN | POLLHUP | POLLERR)) OnReadable(c);
+      done[i] = !Flush(c) || (re & POLLERR);
+      if (c.closing && c.out.empty()) done[i] = true;
+    }
+    for (size_t i = n; i-- > 0;)
+      if (done[i]) conns_.erase(conns_.begin() + static_cast<long>(i));
+    if (fds[1].revents & POLLIN) Accept(unix_fd_, false);
+    if (fds[2].revents & POLLIN) Accept(http_fd_, true);
+  }
+}
+
+}  // namespace ubcache::control

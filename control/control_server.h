@@ -1,0 +1,70 @@
+// ControlServer: the daemon's control socket and metrics listener.
+//
+// A Unix stream socket (mode 0600; every connection's SO_PEERCRED must be
+// root or the daemon's own uid) speaks the protocol of protocol.h, and an
+// optional TCP listener answers HTTP GET /metrics. Both run on one thread
+// of their own, in a poll() loop with non-blocking sockets: a slow or
+// malicious client can stall neither the I/O threads nor other clients for
+// longer than one request takes to run, and requests read only lock-free
+// state (attributes.h). The thread owns a Reactor for the few commands that
+// do synchronous I/O (superblock writes, flush).
+//
+// Thread safety: Start/Stop from the thread that owns the server.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/controller.h"
+#include "util/status.h"
+
+namespace ubcache::control {
+
+struct ControlServerOptions {
+  std::string socket_path;     // empty: no control socket
+  std::string metrics_listen;  // "HOST:PORT" (IPv4 or localhost); empty: none
+  // Refuse a socket path another live daemon listens on (true), or just log
+  // and run without a control socket (false: the default path).
+  bool socket_required = true;
+};
+
+// /run/ubcache/<export>.sock
+std::string DefaultSocketPath(const std::string& export_name);
+
+class ControlServer {
+ public:
+  ControlServer(ControlServerOptions o, std::vector<Target> targets);
+  ~ControlServer();
+
+  // Binds the sockets and starts the thread.
+  Status Start();
+  // Stops the thread, closes every connection, removes the socket.
+  void Stop();
+  const std::string& socket_path() const { return socket_path_; }
+  // The TCP port the metrics listener got (for "127.0.0.1:0").
+  int metrics_port() const { return metrics_port_; }
+
+ private:
+  struct Conn;
+  void Loop();
+  void Accept(int lfd, bool http);
+  void OnReadable(Conn& c);
+  void HandleLine(Conn& c, const std::string& line);
+  void HandleHttp(Conn& c);
+  bool Flush(Conn& c);  // false: the connection is done or broken
+
+  ControlServerOptions o_;
+  Controller controller_;
+  std::string socket_path_;
+  int unix_fd_ = -1;
+  int http_fd_ = -1;
+  int metrics_port_ = 0;
+  int stop_fd_ = -1;
+  std::vector<std::unique_ptr<Conn>> conns_;  // control thread only
+  std::thread thread_;
+};
+
+}  // namespace ubcache::control

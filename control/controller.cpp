@@ -1,0 +1,250 @@
+#include "control/controller.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "backend/sync_io.h"
+#include "cache/superblock.h"
+#include "control/metrics.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/size.h"
+
+namespace ubcache::control {
+
+namespace {
+
+std::string JsonKey(const std::string& k) { return Value::Text(k).ToJson(); }
+
+// "name value" lines, or one JSON object of them.
+class Listing {
+ public:
+  explicit Listing(bool json) : json_(json) {}
+  void Add(const std::string& name, const Value& v) {
+    if (json_)
+      out_ += (out_.empty() ? "{" : ",") + JsonKey(name) + ":" + v.ToJson();
+    else
+      out_ += name + " " + v.ToString() + "\n";
+  }
+  void Header(const std::string& text) {
+    if (!json_) out_ += (out_.empty() ? "" : "\n") + std::string("# ") + text + "\n";
+  }
+  std::string Done() { return json_ ? (out_.empty() ? "{}" : out_ + "}") + "\n" : out_; }
+
+ private:
+  bool json_;
+  std::string out_;
+};
+
+std::string Message(bool json, const std::string& text) {
+  return json ? "{\"result\":" + JsonKey(text) + "}\n" : text + "\n";
+}
+
+}  // namespace
+
+Result<const Target*> Controller::Find(const std::string& device) const {
+  if (targets_.empty()) return Status::NotFound("the daemon serves no cached device");
+  if (device.empty()) return &targets_[0];
+  std::string names;
+  for (const Target& t : targets_) {
+    if (t.name == device) return &t;
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  return Status::NotFound("no device '" + device + "' (exports: " + names + ")");
+}
+
+std::string Controller::Show(const Target& t, bool json, std::optional<Group> only) const {
+  Reading r(t);
+  Listing l(json);
+  for (Group g : kAllGroups) {
+    if (only && g != *only) continue;
+    l.Header(std::string(GroupName(g)) + (PerDevice(g) ? " (" + t.name + ")" : ""));
+    for (const Attribute& a : Attributes())
+      if (a.group == g) l.Add(a.name, a.get(r));
+  }
+  return l.Done();
+}
+
+std::string Controller::Metrics() const { return RenderMetrics(targets_); }
+
+Result<std::string> Controller::Flush(const Target& t, const Progress& progress) {
+  // No writeback yet, so nothing is ever dirty: report the one progress line
+  // a real flush would print first, flush both devices, and return.
+  uint64_t t0 = NowNanos();
+  progress("flush " + t.name + ": " + FormatSize(0) + " dirty left, " + FormatSize(0) + "/s");
+  Status st = SyncFlush(*t.device);
+  if (!st.ok()) return Status::IoError("flush " + t.name + ": " + st.message());
+  char elapsed[32];
+  std::snprintf(elapsed, sizeof elapsed, "%.1f s", static_cast<double>(NowNanos() - t0) / 1e9);
+  return "flush " + t.name + ": clean, " + FormatSize(0) + " dirty, " + elapsed;
+}
+
+Result<std::string> Controller::Detach(const Target& t, const Progress& progress) {
+  if (!t.device->attached()) return Status::InvalidArgument(t.name + " is already detached");
+  UB_ASSIGN_OR_RETURN(std::string flushed, Flush(t, progress));
+  progress(flushed);
+  UB_RETURN_IF_ERROR(t.device->Detach());
+  std::string sb_note = "not formatted, no superblock to update";
+  if (t.superblock_dev) {
+    // bcache's detach: the superblock says no cache (state none, no set uuid).
+    // After the flush above nothing is dirty, so this is safe to write first.
+    auto sb = ReadBackingSuperblock(*t.superblock_dev);
+    Status st = sb.status();
+    if (st.ok()) {
+      sb->state = BackingState::kNone;
+      sb->set_uuid = Uuid{};
+      sb->seq++;
+      st = WriteBackingSuperblock(*t.superblock_dev, *sb);
+    }
+    if (!st.ok()) return Status::IoError(t.name + " detached, but its backing superblock was not updated: " + st.message());
+    sb_note = "backing superblock: state none, no cache set";
+  }
+  UB_INFO("control: detached '{}' from its cache", t.name);
+  return t.name + " detached: served from " + t.device->backing()->spec() + " without the cache; " + sb_note;
+}
+
+Result<std::string> Controller::Attach(const Target& t, const std::string& cache) {
+  BlockDevice* cache_dev = t.set->cache_dev();
+  // The daemon has one cache set; CACHE names it by its device spec or, when
+  // the cache is formatted, by its set uuid.
+  std::optional<CacheSuperblock> csb;
+  if (auto sb = ReadCacheSuperblock(*cache_dev); sb.ok()) csb = *sb;
+  bool same = cache == cache_dev->spec() || (csb && cache == FormatUuid(csb->set_uuid));
+  if (!same)
+    return Status::InvalidArgument("'" + cache + "' is not this daemon's cache set (it runs " + cache_dev->spec() +
+                                   (csb ? ", set " + FormatUuid(csb->set_uuid) : std::string()) +
+                                   "); attaching another cache needs a restart with --cache");
+  if (t.device->attached()) return Status::InvalidArgument(t.name + " is already attached to " + cache_dev->spec());
+  UB_RETURN_IF_ERROR(t.device->Attach());
+  std::string sb_note = "not formatted, no superblock to update";
+  if (t.superblock_dev) {
+    auto sb = ReadBackingSuperblock(*t.superblock_dev);
+    Status st = sb.status();
+    if (st.ok()) {
+      sb->state = BackingState::kClean;
+      sb->set_uuid = csb ? csb->set_uuid : Uuid{};
+      sb->seq++;
+      st = WriteBackingSuperblock(*t.superblock_dev, *sb);
+    }
+    if (!st.ok()) return Status::IoError(t.name + " attached, but its backing superblock was not updated: " + st.message());
+    sb_note = "backing superblock: state clean";
+  }
+  UB_INFO("control: attached '{}' to {}", t.name, cache_dev->spec());
+  return t.name + " attached to " + cache_dev->spec() + "; " + sb_note;
+}
+
+Result<std::string> Controller::Execute(const Request& r, const Progress& progress) {
+  if (r.command == "metrics") return Metrics();
+  UB_ASSIGN_OR_RETURN(const Target* tp, Find(r.device));
+  const Target& t = *tp;
+  const bool json = r.json;
+  if (r.command == "show") return Show(t, json, std::nullopt);
+  if (r.command == "get") {
+    const Attribute* a = FindAttribute(r.args[0]);
+    if (!a) return Status::NotFound("no attribute '" + r.args[0] + "' (see 'ubcache ctl show')");
+    Reading rd(t);
+    Value v = a->get(rd);
+    return json ? "{" + JsonKey(a->name) + ":" + v.ToJson() + "}\n" : v.ToString() + "\n";
+  }
+  if (r.command == "set") {
+    UB_RETURN_IF_ERROR(SetAttribute(t, r.args[0], r.args[1]));
+    Reading rd(t);
+    Value v = FindAttribute(r.args[0])->get(rd);
+    UB_INFO("control: {} set to {}", r.args[0], v.ToString());
+    return json ? "{" + JsonKey(r.args[0]) + ":" + v.ToJson() + "}\n" : r.args[0] + " " + v.ToString() + "\n";
+  }
+  if (r.command == "stats") {
+    if (r.args.empty()) {
+      std::string out = json ? "{" : "";
+      for (Group g : {Group::kStatsTotal, Group::kStatsFiveMinute, Group::kStatsHour, Group::kStatsDay}) {
+        std::string part = Show(t, json, g);
+        if (json) {
+          part = part.substr(1, part.size() - 3);  // the members of {...}\n
+          out += (out.size() > 1 && !part.empty() ? "," : "") + part;
+        } else {
+          out += (out.empty() ? "" : "\n") + part;
+        }
+      }
+      return json ? out + "}\n" : out;
+    }
+    std::optional<Group> g = ParseGroup(r.args[0]);
+    if (!g) {
+      std::string names;
+      for (Group x : kAllGroups) names += (names.empty() ? "" : ", ") + std::string(GroupName(x));
+      return Status::InvalidArgument("no group '" + r.args[0] + "' (groups: " + names + ")");
+    }
+    return Show(t, json, g);
+  }
+  if (r.command == "priority-stats") {
+    BucketAllocator::PriorityStats p = t.set->buckets().priority_stats();
+    std::string q;
+    for (unsigned i = 0; i < BucketAllocator::kQuantiles; i++)
+      q += (i ? (json ? "," : " ") : "") + std::to_string(p.quantiles[i]);
+    uint64_t sectors = p.bytes_per_quantile / 512;
+    if (json)
+      return "{\"unused_percent\":" + std::to_string(p.unused_percent) +
+             ",\"clean_percent\":" + std::to_string(p.clean_percent) +
+             ",\"dirty_percent\":" + std::to_string(p.dirty_percent) +
+             ",\"metadata_percent\":" + std::to_string(p.metadata_percent) +
+             ",\"average\":" + std::to_string(p.average) + ",\"sectors_per_q\":" + std::to_string(sectors) +
+             ",\"quantiles\":[" + q + "]}\n";
+    return "Unused:\t\t" + std::to_string(p.unused_percent) + "%\nClean:\t\t" + std::to_string(p.clean_percent) +
+           "%\nDirty:\t\t" + std::to_string(p.dirty_percent) + "%\nMetadata:\t" +
+           std::to_string(p.metadata_percent) + "%\nAverage:\t" + std::to_string(p.average) +
+           "\nSectors per Q:\t" + std::to_string(sectors) + "\nQuantiles:\t[" + q + "]\n";
+  }
+  if (r.command == "dirty-data") {
+    return json ? std::string("{\"dirty_data\":0}\n") : std::string("0\n");  // no writeback yet: never dirty
+  }
+  if (r.command == "writeback-rate-debug") {
+    // bcache's writeback_rate_debug. Until writeback lands the controller
+    // does not run: dirty is 0, so the PI terms are 0 and the rate stays at
+    // its setting. target is this device's share of writeback_percent of the
+    // cache, as bcache computes it.
+    CacheKnobs& k = t.set->knobs();
+    BucketAllocator::Usage u = t.set->buckets().usage();
+    uint64_t cache_bytes = (u.buckets - u.reserved) * t.set->options().bucket_size;
+    uint64_t all = 0;
+    for (const Target& x : targets_) all += x.device->size();
+    double share = all ? static_cast<double>(t.device->size()) / static_cast<double>(all) : 1;
+    uint64_t target = static_cast<uint64_t>(static_cast<double>(cache_bytes) * k.writeback_percent.load() / 100 * share);
+    uint64_t rate = k.writeback_rate.load();
+    Listing l(json);
+    if (json) {
+      l.Add("rate", Value::Int(rate));
+      l.Add("dirty", Value::Int(0));
+      l.Add("target", Value::Int(target));
+      l.Add("proportional", Value::Int(0));
+      l.Add("integral", Value::Int(0));
+      l.Add("change", Value::Int(0));
+      l.Add("next_io", Value::Int(0));
+      return l.Done();
+    }
+    return "rate:\t\t" + FormatSize(rate) + "/sec\ndirty:\t\t" + FormatSize(0) + "\ntarget:\t\t" + FormatSize(target) +
+           "\nproportional:\t" + FormatSize(0) + "\nintegral:\t" + FormatSize(0) + "\nchange:\t\t" + FormatSize(0) +
+           "/sec\nnext io:\t0ms\n";
+  }
+  if (r.command == "clear-stats") {
+    t.device->stats().Clear();
+    return Message(json, "statistics of " + t.name + " cleared");
+  }
+  if (r.command == "trigger-gc") {
+    UB_ASSIGN_OR_RETURN(uint64_t dropped, t.set->RunGc());
+    return Message(json, "gc: dropped " + std::to_string(dropped) + " stale extents");
+  }
+  if (r.command == "flush") {
+    UB_ASSIGN_OR_RETURN(std::string s, Flush(t, progress));
+    return Message(json, s);
+  }
+  if (r.command == "detach") {
+    UB_ASSIGN_OR_RETURN(std::string s, Detach(t, progress));
+    return Message(json, s);
+  }
+  if (r.command == "attach") {
+    UB_ASSIGN_OR_RETURN(std::string s, Attach(t, r.args[0]));
+    return Message(json, s);
+  }
+  return Status::InvalidArgument("unknown command '" + r.command + "'");
+}
+
+}  // namespace ubcache::control

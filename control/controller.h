@@ -1,0 +1,41 @@
+// Controller: runs control requests against the daemon's exports — show,
+// get/set through the attribute table, stats, priority-stats, dirty-data,
+// writeback-rate-debug, clear-stats, trigger-gc, flush, detach, attach and
+// metrics. Transport-free, so unit tests call Execute() directly.
+//
+// Thread safety: one thread at a time (the control server's). Commands that
+// do I/O (superblock writes, flush, GC) run synchronously on the calling
+// thread's Reactor, which must not be one that serves clients.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "control/attributes.h"
+#include "control/protocol.h"
+
+namespace ubcache::control {
+
+class Controller {
+ public:
+  explicit Controller(std::vector<Target> targets) : targets_(std::move(targets)) {}
+
+  // The body of the ok reply, or the error to send. `progress` receives
+  // progress lines of long commands (flush, detach).
+  using Progress = std::function<void(const std::string&)>;
+  Result<std::string> Execute(const Request& r, const Progress& progress);
+  std::string Metrics() const;
+  const std::vector<Target>& targets() const { return targets_; }
+
+ private:
+  Result<const Target*> Find(const std::string& device) const;
+  std::string Show(const Target& t, bool json, std::optional<Group> only) const;
+  Result<std::string> Flush(const Target& t, const Progress& progress);
+  Result<std::string> Detach(const Target& t, const Progress& progress);
+  Result<std::string> Attach(const Target& t, const std::string& cache);
+
+  std::vector<Target> targets_;
+};
+
+}  // namespace ubcache::control
