@@ -120,14 +120,17 @@ Result<std::string> Controller::Attach(const Target& t, const std::string& cache
   if (t.superblock_dev) {
     auto sb = ReadBackingSuperblock(*t.superblock_dev);
     Status st = sb.status();
-    if (st.ok()) {
+    // bcache's "clean" names the set it is attached to; an unformatted
+    // cache has no set uuid, so the superblock then stays detached.
+    if (st.ok() && csb) {
       sb->state = BackingState::kClean;
-      sb->set_uuid = csb ? csb->set_uuid : Uuid{};
+      sb->set_uuid = csb->set_uuid;
       sb->seq++;
       st = WriteBackingSuperblock(*t.superblock_dev, *sb);
     }
     if (!st.ok()) return Status::IoError(t.name + " attached, but its backing superblock was not updated: " + st.message());
-    sb_note = "backing superblock: state clean";
+    sb_note = csb ? "backing superblock: state clean, set " + FormatUuid(csb->set_uuid)
+                  : "the cache is not formatted, so the backing superblock stays detached";
   }
   UB_INFO("control: attached '{}' to {}", t.name, cache_dev->spec());
   return t.name + " attached to " + cache_dev->spec() + "; " + sb_note;

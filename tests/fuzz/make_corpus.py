@@ -118,6 +118,23 @@ def write(target, seeds):
             f.write(data)
 
 
+# control_request_fuzz: the first byte picks the chunk size (1 + b % 64);
+# the rest is a control-socket stream (doc/control.md), or an HTTP head.
+CTL = "ubcache-ctl/1"
+CONTROL = {
+    "show": b"\x07" + f"{CTL} show\n".encode(),
+    "pipelined": b"\x00" + f"{CTL} set sequential_cutoff 4M\n{CTL} get sequential_cutoff\n".encode(),
+    "device-json-stats": b"\x10" + f"{CTL} device=disk1 format=json stats stats_total\n".encode(),
+    "attach": b"\x3f" + f"{CTL} attach /dev/nvme0n1\n{CTL} detach\n".encode(),
+    "crlf-spaces": b"\x05" + f"{CTL}   priority-stats\r\n".encode(),
+    "bad-version": b"\x01" + b"ubcache-ctl/9 show\n",
+    "usage": b"\x02" + f"{CTL} set sequential_cutoff\n{CTL} frobnicate\n".encode(),
+    "oversize": b"\x3f" + f"{CTL} get ".encode() + b"x" * 5000 + b"\n",
+    "http-get": b"\x09" + b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n",
+    "frames": b"\x04" + b"progress 10\n0 B left..ok 5\nclean",
+}
+
 if __name__ == "__main__":
     write("nbd_handshake_fuzz", HANDSHAKE)
     write("nbd_request_fuzz", REQUESTS)
+    write("control_request_fuzz", CONTROL)

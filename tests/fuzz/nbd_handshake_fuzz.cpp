@@ -22,6 +22,7 @@
 
 #include "frontend/nbd_handshake.h"
 #include "frontend/nbd_proto.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "util/endian.h"
 
 namespace nbd = ubcache::nbd;
@@ -30,15 +31,6 @@ using ubcache::LoadBE32;
 using ubcache::LoadBE64;
 
 namespace {
-
-#define FUZZ_CHECK(cond)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__,    \
-                   __LINE__, #cond);                                      \
-      std::abort();                                                       \
-    }                                                                     \
-  } while (0)
 
 const std::vector<nbd::ExportInfo>& Exports() {
   static const std::vector<nbd::ExportInfo> exports = {

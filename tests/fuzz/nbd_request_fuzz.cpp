@@ -12,20 +12,12 @@
 #include <vector>
 
 #include "frontend/nbd_proto.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "util/endian.h"
 
 namespace nbd = ubcache::nbd;
 
 namespace {
-
-#define FUZZ_CHECK(cond)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__,    \
-                   __LINE__, #cond);                                      \
-      std::abort();                                                       \
-    }                                                                     \
-  } while (0)
 
 // The spec's flags per command (NetworkBlockDevice/nbd doc/proto.md),
 // restricted to what this server advertises.

@@ -16,6 +16,7 @@
 #   fail MSG             print MSG and the server log tail, exit 1
 #   on_exit CMD          run CMD (eval'd) at exit, most recent first
 #   nbd_uri [EXPORT]     nbd+unix URI for $SOCK
+#   ctl ARGS             `ubcache ctl --control $CTL_SOCK ARGS`
 set -euo pipefail
 
 # Debian's tools first: nbdsh needs the python3 that has python3-libnbd, not
@@ -146,6 +147,10 @@ stop_server() {
 }
 
 nbd_uri() { echo "nbd+unix:///${1:-}?socket=${SERVER_SOCK:-$SOCK}"; }
+
+# The control socket tests pass to `serve --control`.
+CTL_SOCK=$WORK/ctl.sock
+ctl() { "$UBCACHE" ctl --control "$CTL_SOCK" "$@"; }
 
 # expect_contains TEXT NEEDLE WHAT — fixed-string match.
 expect_contains() {

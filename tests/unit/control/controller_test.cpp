@@ -1,0 +1,190 @@
+// Controller: the commands behind `ubcache ctl`, without a socket.
+#include "control/controller.h"
+
+#include <catch2/catch.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "backend/sync_io.h"
+#include "tests/unit/control/control_rig.h"
+#include "util/aligned_buffer.h"
+#include "util/clock.h"
+
+using namespace ubcache;
+using namespace ubcache::control;
+
+namespace {
+
+Result<std::string> Run(Controller& c, const std::string& line, std::vector<std::string>* progress = nullptr) {
+  auto r = ParseRequest(line);
+  if (!r.ok()) return r.status();
+  return c.Execute(*r, [&](const std::string& p) {
+    if (progress) progress->push_back(p);
+  });
+}
+
+std::string Out(Controller& c, const std::string& line) {
+  auto r = Run(c, line);
+  INFO(line << ": " << r.status().ToString());
+  REQUIRE(r.ok());
+  return *r;
+}
+
+void ReadTwice(ControlRig& rig, uint64_t off) {
+  AlignedBuffer b(64 << 10);
+  for (int i = 0; i < 2; i++) {
+    REQUIRE(SyncRead(*rig.dev, off, b.size(), b.data()).ok());
+    for (int k = 0; k < 20; k++) rig.reactor->RunOnce(false);  // fills land
+  }
+}
+
+}  // namespace
+
+TEST_CASE("show lists every attribute once, grouped, as name value lines") {
+  ControlRig rig;
+  Controller c({rig.target});
+  auto out = Run(c, "ubcache-ctl/1 show");
+  REQUIRE(out.ok());
+  std::istringstream in(*out);
+  std::string line;
+  std::set<std::string> names;
+  int headers = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      headers++;
+      continue;
+    }
+    auto sp = line.find(' ');
+    REQUIRE(sp != std::string::npos);
+    names.insert(line.substr(0, sp));
+  }
+  CHECK(headers == 8);
+  CHECK(names.size() == Attributes().size());
+  CHECK(out->find("sequential_cutoff 4194304\n") != std::string::npos);
+}
+
+TEST_CASE("get, set and stats answer in text and JSON") {
+  ControlRig rig;
+  Controller c({rig.target});
+  CHECK(Out(c, "ubcache-ctl/1 set sequential_cutoff 0") == "sequential_cutoff 0\n");
+  CHECK(Out(c, "ubcache-ctl/1 get sequential_cutoff") == "0\n");
+  CHECK(Out(c, "ubcache-ctl/1 format=json get cache_mode") == "{\"cache_mode\":\"writethrough\"}\n");
+  CHECK(Run(c, "ubcache-ctl/1 device=nosuch show").status().message() == "no device 'nosuch' (exports: disk)");
+  ReadTwice(rig, 1 << 20);
+  auto stats = Run(c, "ubcache-ctl/1 stats stats_total");
+  REQUIRE(stats.ok());
+  CHECK(stats->find("stats_total/cache_hits 1\n") != std::string::npos);
+  CHECK(stats->find("stats_total/cache_misses 1\n") != std::string::npos);
+  auto all = Run(c, "ubcache-ctl/1 format=json stats");
+  REQUIRE(all.ok());
+  CHECK(all->find("\"stats_day/cache_hits\":") != std::string::npos);
+  CHECK(all->front() == '{');
+  REQUIRE(Run(c, "ubcache-ctl/1 clear-stats").ok());
+  CHECK(Out(c, "ubcache-ctl/1 get stats_total/cache_hits") == "0\n");
+  CHECK(Run(c, "ubcache-ctl/1 stats nosuch").status().IsInvalidArgument());
+}
+
+TEST_CASE("priority-stats reports bcache's fields and 31 quantiles") {
+  ControlRig rig;
+  Controller c({rig.target});
+  REQUIRE(Run(c, "ubcache-ctl/1 set sequential_cutoff 0").ok());
+  ReadTwice(rig, 0);
+  auto out = Run(c, "ubcache-ctl/1 priority-stats");
+  REQUIRE(out.ok());
+  for (const char* f : {"Unused:", "Clean:", "Dirty:", "Metadata:", "Average:", "Sectors per Q:", "Quantiles:"})
+    CHECK(out->find(f) != std::string::npos);
+  std::smatch m;
+  REQUIRE(std::regex_search(*out, m, std::regex(R"(Quantiles:\t\[((\d+ ){30}\d+)\])")));
+  CHECK(out->find("Dirty:\t\t0%") != std::string::npos);
+}
+
+TEST_CASE("metrics are valid Prometheus text with one TYPE per family") {
+  ControlRig rig;
+  Controller c({rig.target});
+  auto out = Run(c, "ubcache-ctl/1 metrics");
+  REQUIRE(out.ok());
+  const std::regex help(R"(# HELP (ubcache_[a-z_]+) [^\n]*)");
+  const std::regex type(R"(# TYPE (ubcache_[a-z_]+) (gauge|counter))");
+  const std::regex sample(
+      R"((ubcache_[a-z_]+)(\{[a-z_]+="[^"\\\n]*"(,[a-z_]+="[^"\\\n]*")*\})? (-?[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?|NaN|[-+]Inf))");
+  std::istringstream in(*out);
+  std::string line, family;
+  std::set<std::string> typed;
+  int samples = 0;
+  while (std::getline(in, line)) {
+    INFO(line);
+    std::smatch m;
+    if (std::regex_match(line, m, help)) continue;
+    if (std::regex_match(line, m, type)) {
+      CHECK(typed.insert(m[1]).second);
+      family = m[1];
+      continue;
+    }
+    REQUIRE(std::regex_match(line, m, sample));
+    CHECK(m[1] == family);
+    samples++;
+  }
+  CHECK(samples > 50);
+  CHECK(typed.count("ubcache_cache_hits_total"));
+  CHECK(typed.count("ubcache_priority_stats_unused_percent"));
+  CHECK(out->find("ubcache_cache_mode{device=\"disk\",mode=\"writethrough\"} 1\n") != std::string::npos);
+}
+
+TEST_CASE("detach serves from the backing device and marks the superblock detached; attach undoes it") {
+  ControlRig rig;
+  Controller c({rig.target});
+  REQUIRE(Run(c, "ubcache-ctl/1 set sequential_cutoff 0").ok());
+  ReadTwice(rig, 0);
+  CHECK(Out(c, "ubcache-ctl/1 get stats_total/cache_hits") == "1\n");
+  std::vector<std::string> progress;
+  auto d = Run(c, "ubcache-ctl/1 detach", &progress);
+  REQUIRE(d.ok());
+  CHECK(!progress.empty());
+  CHECK(Out(c, "ubcache-ctl/1 get state") == "no cache\n");
+  CHECK(rig.Superblock().state == BackingState::kNone);
+  CHECK(Run(c, "ubcache-ctl/1 detach").status().message() == "disk is already detached");
+  ReadTwice(rig, 0);  // neither hits nor misses: the cache is not consulted
+  CHECK(Out(c, "ubcache-ctl/1 get stats_total/cache_hits") == "1\n");
+  CHECK(Out(c, "ubcache-ctl/1 get internal/btree_extents") == "0\n");
+  auto wrong = Run(c, "ubcache-ctl/1 attach mem:other");
+  CHECK(wrong.status().message().find("is not this daemon's cache set") != std::string::npos);
+  Out(c, "ubcache-ctl/1 attach " + rig.set_uuid);  // by set uuid, or by device: mem:cache
+  CHECK(rig.Superblock().state == BackingState::kClean);
+  CHECK(FormatUuid(rig.Superblock().set_uuid) == rig.set_uuid);
+  CHECK(Out(c, "ubcache-ctl/1 get state") == "clean\n");
+  ReadTwice(rig, 0);
+  CHECK(Out(c, "ubcache-ctl/1 get stats_total/cache_hits") == "2\n");
+}
+
+TEST_CASE("writes while detached never leave stale data in the cache after attach") {
+  ControlRig rig;
+  Controller c({rig.target});
+  REQUIRE(Run(c, "ubcache-ctl/1 set sequential_cutoff 0").ok());
+  ReadTwice(rig, 0);  // cached
+  REQUIRE(Run(c, "ubcache-ctl/1 detach").ok());
+  AlignedBuffer w(64 << 10);
+  std::memset(w.data(), 0x5a, w.size());
+  REQUIRE(SyncWrite(*rig.dev, 0, w.size(), w.data()).ok());
+  Out(c, "ubcache-ctl/1 attach mem:cache");
+  AlignedBuffer r(64 << 10);
+  REQUIRE(SyncRead(*rig.dev, 0, r.size(), r.data()).ok());
+  CHECK(std::memcmp(r.data(), w.data(), r.size()) == 0);
+}
+
+TEST_CASE("flush with nothing dirty returns at once after one progress line") {
+  ControlRig rig;
+  Controller c({rig.target});
+  std::vector<std::string> progress;
+  auto out = Run(c, "ubcache-ctl/1 flush", &progress);
+  REQUIRE(out.ok());
+  REQUIRE(progress.size() == 1);
+  CHECK(progress[0] == "flush disk: 0 B dirty left, 0 B/s");
+  CHECK(out->find("clean") != std::string::npos);
+  CHECK(Out(c, "ubcache-ctl/1 dirty-data") == "0\n");
+  auto dbg = Run(c, "ubcache-ctl/1 writeback-rate-debug");
+  REQUIRE(dbg.ok());
+  for (const char* f : {"rate:", "dirty:", "target:", "proportional:", "integral:", "change:"})
+    CHECK(dbg->find(f) != std::string::npos);
+}
