@@ -98,6 +98,9 @@ int CtlMain(int argc, char** argv) {
   for (size_t off = 0; off < line.size();) {
     ssize_t n = send(fd, line.data() + off, line.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
+    // A daemon that refuses us answers and closes before reading: its
+    // error frame is waiting to be read below.
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) break;
     if (n < 0) Die(2, "sending to " + path + ": " + std::strerror(errno));
     off += static_cast<size_t>(n);
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 100-ctl-knobs — `ubcache ctl` against a running daemon:
+# 110-ctl-knobs — `ubcache ctl` against a running daemon:
 #  - show lists every DESIGN.md §4 knob with bcache's default;
 #  - set then get round-trips (human sizes too); a bad value or unknown name
 #    is refused (exit 1, the valid range named) and the old value is kept;

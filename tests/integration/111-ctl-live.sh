@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 101-ctl-live — knobs set through `ubcache ctl` take effect on the next
+# 111-ctl-live — knobs set through `ubcache ctl` take effect on the next
 # request, in the same daemon run:
 #  - a 64 MiB sequential read (bs 1M, iodepth 4, as 092 measures it)
 #    bypasses the cache at the default 4M cutoff; after
