@@ -96,8 +96,10 @@ void UblkQueue::OnCommand(Tag* t, int32_t res) {
     Handle(t);
     return;
   }
-  if (res != ublk::kIoResAbort)
+  if (res != ublk::kIoResAbort) {
     UB_WARN("ublk queue {} tag {}: command failed: {}", cfg_.q_id, t->tag, std::strerror(-res));
+    failed_.store(true, std::memory_order_release);
+  }
   live_tags_--;
   CheckDrained();
 }

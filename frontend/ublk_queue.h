@@ -59,6 +59,9 @@ class UblkQueue {
   // True while no backend request is in flight (the thread may be stopped
   // without losing a completion).
   bool backend_idle() const { return backend_idle_.load(std::memory_order_acquire); }
+  // True once the driver refused one of our commands (not an ABORT): a
+  // device waiting for this queue's fetches would wait forever.
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
   Reactor* reactor() const { return reactor_; }
   // Ends the thread (after drained(), or to abandon the queue).
   void Stop();
@@ -88,6 +91,7 @@ class UblkQueue {
   unsigned backend_inflight_ = 0;
   std::atomic<bool> drained_{false};
   std::atomic<bool> backend_idle_{true};
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace ubcache

@@ -31,7 +31,9 @@ void SleepMs(unsigned ms) { std::this_thread::sleep_for(std::chrono::millisecond
 // it must, so these only bound how long one request may take.
 constexpr uint32_t kMaxDiscardSectors = (1u << 30) >> 9;
 
-ublk::Params MakeParams(const UblkExport& e, uint32_t max_io_bytes) {
+}  // namespace
+
+ublk::Params UblkParamsFor(const UblkExport& e, uint32_t max_io_bytes) {
   const BlockDevice& dev = *e.device;
   bool ro = e.read_only || dev.read_only();
   ublk::Params p{};
@@ -57,8 +59,6 @@ ublk::Params MakeParams(const UblkExport& e, uint32_t max_io_bytes) {
   }
   return p;
 }
-
-}  // namespace
 
 UblkServer::UblkServer(std::vector<UblkExport> exports, UblkServerOptions options)
     : options_(options) {
@@ -98,7 +98,14 @@ Status UblkServer::Start() {
   if (signal_fd_ < 0) return Status::FromErrno(errno, "signalfd");
 
   UB_ASSIGN_OR_RETURN(ctrl_, UblkControl::Open());
-  ctrl_->set_interrupt([this] { return SecondSignal(); });
+  // START_DEV and END_USER_RECOVERY wait for every tag's fetch: give up on a
+  // signal, or when a queue's fetch was refused.
+  ctrl_->set_interrupt([this] {
+    for (const Dev& d : devs_)
+      for (const auto& q : d.queues)
+        if (q->failed()) return true;
+    return SecondSignal();
+  });
   UB_ASSIGN_OR_RETURN(uint64_t features, ctrl_->GetFeatures());
   uint64_t required = ublk::kFCmdIoctlEncode | (options_.recover ? ublk::kFUserRecovery : 0);
   if ((features & required) != required)
@@ -166,7 +173,7 @@ Status UblkServer::StartOne(Dev& d, uint64_t features) {
   UB_RETURN_IF_ERROR(ctrl_->AddDev(&info));
   d.id = info.dev_id;
   d.added = true;
-  UB_RETURN_IF_ERROR(ctrl_->SetParams(d.id, MakeParams(d.exp, info.max_io_buf_bytes)));
+  UB_RETURN_IF_ERROR(ctrl_->SetParams(d.id, UblkParamsFor(d.exp, info.max_io_buf_bytes)));
   UB_RETURN_IF_ERROR(OpenCharDev(d));
   bool user_copy = info.flags & ublk::kFUserCopy;
   UB_RETURN_IF_ERROR(StartQueues(d, info.nr_hw_queues, info.queue_depth, info.max_io_buf_bytes, user_copy));
@@ -277,6 +284,7 @@ void UblkServer::ReleaseQueues(Dev& d) {
 
 Status UblkServer::Stop() {
   if (ctrl_ == nullptr) return Status::OK();
+  ctrl_->set_interrupt([this] { return SecondSignal(); });
   Status result;
   auto note = [&result](Status st) {
     if (!st.ok()) {

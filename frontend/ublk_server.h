@@ -45,6 +45,11 @@ struct UblkServerOptions {
   uint32_t max_io_bytes = 512 * 1024;
 };
 
+// SET_PARAMS for an export: its block sizes and size, io_opt, requests of at
+// most `max_io_bytes`, discard/write-zeroes limits (not when read-only), a
+// volatile write cache with FUA.
+ublk::Params UblkParamsFor(const UblkExport& e, uint32_t max_io_bytes);
+
 class UblkServer {
  public:
   UblkServer(std::vector<UblkExport> exports, UblkServerOptions options);

@@ -62,7 +62,7 @@ grep -q 'giving up waiting' "$SRV_LOG" || fail "no note of the second signal"
 # What it left behind is taken over by --recover, then stopped cleanly.
 [ -e /dev/ublkc0 ] || fail "expected the abandoned device to stay for --recover"
 start_srv 1 --backing mem:64M --recover 0
-grep -q 'deleting it and adding it anew' "$SRV_LOG" || fail "expected the stopped device to be re-added
+grep -q 'deleting it and adding it anew' "$SRV_LOG" || fail "expected the stopped device to be re-added"
 stop_srv
 [ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 left behind after SIGTERM"
 wait $DD 2>/dev/null
