@@ -5,8 +5,9 @@
 # (blkdiscard, blkdiscard -z); mkfs.ext4 (which discards and zeroes),
 # mount, files written, sync (FLUSH/FUA through the ext4 journal), umount,
 # e2fsck -fn clean; then the daemon is restarted on the same disks and the
-# files are read and checked twice (page cache dropped between): the
-# statistics line logged at SIGTERM shows cache hits, and e2fsck stays
+# files are read and checked twice (page cache dropped between): `ctl get
+# stats_total/cache_hits` on the live daemon and the statistics line logged
+# at SIGTERM show cache hits, and e2fsck stays
 # clean. (The index is still in RAM — issue 4's node store — so a restart
 # starts cold and the hits come from the second read.)
 source "$(dirname "$0")/lib.sh"
@@ -19,7 +20,7 @@ disk_image "$WORK/backing.img" 256M
 
 cat >"$WORK/guest.sh" <<'GUEST'
 . "$GUEST_LIB"
-SERVE="--cache /dev/vda --backing /dev/vdb --ublk --sequential-cutoff 0"
+SERVE="--cache /dev/vda --backing /dev/vdb --ublk --sequential-cutoff 0 --control /tmp/ctl.sock"
 no_request_errors() {
   ! grep -q 'ublk queue' "$SRV_LOG" || fail "request errors in the server log: $(grep 'ublk queue' "$SRV_LOG" | head -5)"
 }
@@ -67,6 +68,9 @@ for pass in 1 2; do
   umount /mnt/u
   echo 3 >/proc/sys/vm/drop_caches
 done
+live=$("$UBCACHE" ctl --control /tmp/ctl.sock get stats_total/cache_hits) || fail "ctl get failed"
+say "ctl: stats_total/cache_hits $live"
+[ "$live" -gt 0 ] || fail "ctl shows no cache hits after re-reading the filesystem"
 no_request_errors
 stop_srv
 h=$(hits)
