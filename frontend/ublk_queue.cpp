@@ -26,6 +26,7 @@ Status UblkQueue::Start() {
 void UblkQueue::Stop() {
   if (reactor_ != nullptr) reactor_->Stop();
   if (thread_.joinable()) thread_.join();
+  reactor_ = nullptr;  // destroyed with its thread
 }
 
 void UblkQueue::ThreadMain(std::promise<Status>* started) {
