@@ -290,7 +290,10 @@ int ServeMain(int argc, char** argv) {
     so.threads = static_cast<unsigned>(*threads);
     NbdServer server(std::move(exports), so);
     st = server.Start();
-    if (!st.ok()) Die(2, st.message());
+    if (!st.ok()) {
+      if (ublk) (void)ublk->Stop();  // no ublk device outlives a failed start
+      Die(2, st.message());
+    }
     st = server.Run();
   } else {
     ublk->WaitForSignal();

@@ -3,7 +3,8 @@
 # a qemu guest: `serve --nbd unix:...` over a formatted cache and backing
 # disk, `nbd-client -unix` attaches /dev/nbd0; 16 MiB O_DIRECT round trip;
 # mkfs.ext4, mount, files written and checked after a remount, umount,
-# e2fsck -fn clean; nbd-client -d detaches; SIGTERM stops the server.
+# e2fsck -fn clean; nbd-client -d detaches; SIGTERM stops the server. Then
+# one server with --nbd and --ublk: what /dev/ublkb0 writes, /dev/nbd0 reads.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 
@@ -37,6 +38,20 @@ mount -t ext4 -o ro /dev/nbd0 /mnt/n || fail "remount failed"
 umount /mnt/n
 $NBD_CLIENT -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d failed"
 stop_srv
+
+# Both frontends on one export: written through /dev/ublkb0, read through
+# /dev/nbd0; one SIGTERM stops both and deletes the ublk device.
+SRV_SOCK=/tmp/both.sock
+start_srv 1 --cache /dev/vda --backing /dev/vdb --nbd unix:$SRV_SOCK --ublk
+i=0; while [ ! -S $SRV_SOCK ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "no NBD socket"; sleep 0.1; done
+$NBD_CLIENT -unix $SRV_SOCK /dev/nbd0 -b 4096 >/tmp/nbdc.log 2>&1 || fail "nbd-client failed: $(cat /tmp/nbdc.log)"
+dd if=/dev/urandom of=/tmp/both.in bs=1M count=8 2>/dev/null
+dd if=/tmp/both.in of=/dev/ublkb0 bs=1M seek=32 oflag=direct 2>/dev/null || fail "write to /dev/ublkb0 failed"
+dd if=/dev/nbd0 of=/tmp/both.out bs=1M skip=32 count=8 iflag=direct 2>/dev/null || fail "read of /dev/nbd0 failed"
+cmp /tmp/both.in /tmp/both.out || fail "/dev/nbd0 does not read what /dev/ublkb0 wrote"
+$NBD_CLIENT -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d failed"
+stop_srv
+[ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 left behind after SIGTERM"
 say OK
 GUEST
 vm_guest "$WORK/guest.sh" --disk "$WORK/cache.img" --disk "$WORK/backing.img" \
