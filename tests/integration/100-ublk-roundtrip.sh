@@ -3,7 +3,8 @@
 # (vm-run): /dev/ublkbN appears, 16 MiB written with O_DIRECT read back
 # byte-identical and found on the backing disk itself; both data paths
 # (USER_COPY, and the buffer-copy path with USER_COPY hidden); --ublk-id,
-# --queues, --depth; SIGTERM stops and deletes the device.
+# --queues, --depth; two backing devices behind one cache get a device
+# each; SIGTERM stops and deletes the devices.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 
@@ -28,6 +29,19 @@ grep -q '/dev/ublkb5: serving.*1 queue x depth 8, buffer copy' "$SRV_LOG" || fai
 roundtrip /dev/ublkb5 16
 stop_srv
 [ ! -e /dev/ublkb5 ] || fail "/dev/ublkb5 left behind"
+
+# Two backing devices behind one cache: one ublk device each, ids 2 and 3.
+start_srv 2 --cache mem:64M --backing mem:32M --backing mem:48M --ublk --ublk-id 2
+[ "$(blockdev --getsize64 /dev/ublkb2)" = 33554432 ] || fail "/dev/ublkb2 has the wrong size"
+[ "$(blockdev --getsize64 /dev/ublkb3)" = 50331648 ] || fail "/dev/ublkb3 has the wrong size"
+roundtrip /dev/ublkb3 4
+cp /tmp/rt.in /tmp/b3
+roundtrip /dev/ublkb2 4
+cmp -s /tmp/rt.in /tmp/b3 && fail "the two writes were the same data"
+dd if=/dev/ublkb3 of=/tmp/b3.out bs=1M count=4 iflag=direct 2>/dev/null
+cmp /tmp/b3 /tmp/b3.out || fail "/dev/ublkb3 changed when /dev/ublkb2 was written"
+stop_srv
+[ ! -e /dev/ublkb2 ] && [ ! -e /dev/ublkb3 ] || fail "devices left behind"
 say OK
 GUEST
 vm_guest "$WORK/guest.sh" --disk "$WORK/backing.img"
