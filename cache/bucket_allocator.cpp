@@ -1,6 +1,7 @@
 #include "cache/bucket_allocator.h"
 
 #include <algorithm>
+#include <string>
 
 namespace ubcache {
 
@@ -331,6 +332,57 @@ void BucketAllocator::SetLiveBytes(std::vector<uint32_t> live, uint64_t seq_at_s
 uint64_t BucketAllocator::fill_seq() const {
   MutexLock l(&mu_);
   return fill_seq_;
+}
+
+std::vector<BucketAllocator::BucketState> BucketAllocator::ExportState() const {
+  MutexLock l(&mu_);
+  std::vector<BucketState> out(buckets_.size());
+  for (size_t i = 0; i < buckets_.size(); i++) {
+    const Bucket& b = buckets_[i];
+    out[i] = BucketState{b.gen, b.gc_gen, b.kind, b.prio};
+  }
+  return out;
+}
+
+Status BucketAllocator::RestoreState(const std::vector<BucketState>& state) {
+  MutexLock l(&mu_);
+  if (state.size() != buckets_.size())
+    return Status::InvalidArgument("bucket table: " + std::to_string(state.size()) +
+                                   " buckets, the cache has " + std::to_string(buckets_.size()));
+  for (uint32_t b = 0; b < o_.nbuckets; b++) {
+    bool reserved = state[b].kind == Kind::kReserved;
+    if (reserved != (b < o_.first_bucket))
+      return Status::InvalidArgument("bucket table: bucket " + std::to_string(b) +
+                                     (reserved ? " reserved past" : " not reserved below") +
+                                     " the first data bucket");
+    if (static_cast<uint8_t>(state[b].kind) > static_cast<uint8_t>(Kind::kReserved))
+      return Status::InvalidArgument("bucket table: bad kind for bucket " + std::to_string(b));
+  }
+  for (auto& c : counts_) c.store(0, std::memory_order_relaxed);
+  for (unsigned p = 0; p < kPrioBins; p++) prio_hist_[p].store(0, std::memory_order_relaxed);
+  free_.clear();
+  max_lead_ = 0;
+  live_.clear();  // GC's counts are not saved: the next GC pass redoes them
+  gc_pass_ = false;
+  for (Writer& w : writers_) w = Writer{};
+  for (uint32_t b = 0; b < o_.nbuckets; b++) {
+    Bucket& k = buckets_[b];
+    k = Bucket{};
+    k.gen = state[b].gen;
+    k.gc_gen = state[b].gc_gen;
+    k.kind = state[b].kind;
+    if (k.kind == Kind::kData) {
+      k.prio = state[b].prio;
+      CountPrio(k.prio, 1);
+    }
+    CountKind(k.kind, 1);
+    max_lead_ = std::max(max_lead_, static_cast<uint8_t>(k.gen - k.gc_gen));
+    PublishLocked(b);
+  }
+  for (uint32_t b = o_.nbuckets; b-- > o_.first_bucket;) {
+    if (buckets_[b].kind == Kind::kFree) free_.push_back(b);
+  }
+  return Status::OK();
 }
 
 BucketAllocator::Usage BucketAllocator::usage() const {

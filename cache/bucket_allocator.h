@@ -145,6 +145,21 @@ class BucketAllocator {
   PriorityStats priority_stats() const;
   const Options& options() const { return o_; }
 
+  // What a clean shutdown saves per bucket (the bucket table, see
+  // cache/bucket_table.h) and a warm start restores. Open buckets are not
+  // kept: after a restore no writer appends to a bucket filled before.
+  struct BucketState {
+    uint8_t gen = 0;
+    uint8_t gc_gen = 0;
+    Kind kind = Kind::kFree;
+    uint16_t prio = 0;
+  };
+  std::vector<BucketState> ExportState() const EXCLUDES(mu_);
+  // Replaces every bucket's state; only on an allocator nothing has used
+  // yet, before StartRefill. InvalidArgument when the count or a reserved bucket disagrees with
+  // the geometry.
+  Status RestoreState(const std::vector<BucketState>& state) EXCLUDES(mu_);
+
  private:
   struct Bucket {
     uint8_t gen = 0;

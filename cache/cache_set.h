@@ -2,14 +2,24 @@
 // front of which it sits — the buckets, the extent index, the congestion
 // score, the knobs of the set and a housekeeping thread.
 //
-// The index lives in a NodeStore. Until the on-device node store lands, the
-// set keeps it in memory (MemNodeStore): the cache is then valid for one
-// daemon run, and a restart starts cold — correct (DESIGN.md §5 allows
-// dropping cache contents, never serving stale data), just not warm.
+// Two ways to get one:
+//  - Create: an unformatted cache device. The index lives in memory
+//    (MemNodeStore): valid for one daemon run, and every start is cold.
+//  - Open: a formatted cache device (its superblock). The index lives on the
+//    device (BucketNodeStore: nodes in metadata buckets, journal in the
+//    journal buckets). After a clean Shutdown() the next Open is warm: it
+//    reads the superblock (index root record), the bucket table and each
+//    shard's root node (and the journal, empty after a clean shutdown) —
+//    no index scan; everything else loads on demand. Any other start
+//    (kill -9, crash, power loss: `clean` not set) is cold: a fresh empty
+//    index and bucket table (DESIGN.md §5 allows dropping cache contents;
+//    doc/design.md "Durability" says why nothing stale can survive).
+//    Either way Open clears `clean` durably before it returns, so before
+//    any request is served.
 //
 // Thread safety: members are thread-safe objects; the housekeeping thread
 // commits the journal, checkpoints when it grows, and decays bucket
-// priorities.
+// priorities. Shutdown() only after every request on the set has finished.
 #pragma once
 
 #include <atomic>
@@ -17,14 +27,19 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "backend/block_device.h"
 #include "btree/extent_index.h"
 #include "btree/node_store.h"
 #include "cache/bucket_allocator.h"
+#include "cache/bucket_node_store.h"
 #include "cache/congestion.h"
 #include "cache/knobs.h"
+#include "cache/superblock.h"
 #include "util/status.h"
+#include "util/thread_annotations.h"
 
 namespace ubcache {
 
@@ -39,7 +54,38 @@ class CacheSet {
   };
 
   static Result<std::unique_ptr<CacheSet>> Create(BlockDevice* cache_dev, Options o);
+  // `sb` was just read from cache_dev; its geometry overrides o's. Errors:
+  // I/O errors writing the superblock; a damaged warm state is not an error
+  // (it is logged, and the start is cold).
+  static Result<std::unique_ptr<CacheSet>> Open(BlockDevice* cache_dev, const CacheSuperblock& sb,
+                                                Options o);
+  // Destroying a set without Shutdown() is a crash: the next Open is cold.
   ~CacheSet();
+  // Clean shutdown, once no request is in flight: stop housekeeping,
+  // checkpoint the index (root into the superblock), write the bucket
+  // table, then the superblock with `clean` set. For a Create()d set it
+  // only stops housekeeping.
+  Status Shutdown();
+
+  bool persistent() const { return persistent_; }
+  bool warm() const { return warm_; }
+  // The device number (the index's `dev`) of a backing device. A backing
+  // device with a uuid that was attached to this set before (its superblock
+  // carries this set's uuid) gets its number from the last clean shutdown,
+  // so its cached extents are found again; any other (unformatted, newly
+  // attached, or attached elsewhere since) gets a number never used before,
+  // so no extent left from earlier can be taken for its data.
+  uint32_t DeviceNumber(const Uuid& backing_uuid, bool was_attached);
+  // The set uuid (zero for a Create()d set).
+  const Uuid& set_uuid() const { return set_uuid_; }
+
+  struct StartupStats {
+    uint64_t bytes_read = 0;  // superblock excluded
+    uint64_t node_reads = 0;
+    uint64_t table_bytes = 0;
+    uint64_t micros = 0;
+  };
+  const StartupStats& startup() const { return startup_; }
 
   BlockDevice* cache_dev() const { return cache_dev_; }
   BucketAllocator& buckets() { return *buckets_; }
@@ -62,6 +108,17 @@ class CacheSet {
 
  private:
   CacheSet(BlockDevice* cache_dev, Options o) : cache_dev_(cache_dev), o_(o) {}
+  static Result<std::unique_ptr<BucketAllocator>> MakeAllocator(BlockDevice* dev, const Options& o);
+  Status OpenWarm();
+  Status StartCold();
+  Status MakeStore();
+  // Writes sb_ (seq bumped) with `root` (nullptr: keep), clean or not, and
+  // the bucket table pointer: flush, write, flush.
+  Status WriteSuperblock(const IndexRoot* root, bool clean, uint64_t table_off, uint64_t table_len)
+      EXCLUDES(sb_mu_);
+  Status Checkpoint();
+  void StartThreads();  // the allocator's refill thread and housekeeping
+  void StopHousekeeping();
   void Housekeeping();
 
   BlockDevice* cache_dev_;
@@ -69,6 +126,17 @@ class CacheSet {
   std::unique_ptr<BucketAllocator> buckets_;
   std::unique_ptr<NodeStore> store_;
   std::unique_ptr<ExtentIndex> index_;
+  BucketNodeStore* disk_store_ = nullptr;  // store_, when persistent
+  bool persistent_ = false;
+  bool warm_ = false;
+  Uuid set_uuid_{};
+  uint64_t set_id_ = 0;
+  StartupStats startup_;
+  Mutex sb_mu_;
+  CacheSuperblock sb_ GUARDED_BY(sb_mu_);
+  Mutex dev_mu_;
+  std::vector<std::pair<Uuid, uint32_t>> devices_ GUARDED_BY(dev_mu_);
+  uint32_t next_dev_ GUARDED_BY(dev_mu_) = 0;
   Congestion congestion_;
   CacheKnobs knobs_;
   std::mutex gc_mu_;  // one GC at a time

@@ -41,7 +41,10 @@ constexpr size_t kBtreeRootBucket = 176;
 constexpr size_t kBtreeRootOffset = 184;
 constexpr size_t kBtreeRootLevel = 188;
 constexpr size_t kCacheMode = 189;
-constexpr size_t kEnd = 192;  // reserved (zero) from here to 4096
+constexpr size_t kIndexRootLen = 192;  // with kIncompatWarmState
+constexpr size_t kBucketTableOffset = 200;
+constexpr size_t kBucketTableLen = 208;
+constexpr size_t kEnd = 216;  // reserved (zero) from here to 4096, but for the root record at 512
 }  // namespace cache_off
 
 // Byte offsets in bcache's struct cache_sb_disk (include/uapi/linux/bcache.h,
@@ -268,7 +271,14 @@ void EncodeCacheSuperblock(const CacheSuperblock& sb, SuperblockBlock b) {
   StoreLE32(p + kBtreeRootOffset, sb.btree_root_offset);
   p[kBtreeRootLevel] = sb.btree_root_level;
   p[kCacheMode] = static_cast<uint8_t>(sb.cache_mode);
-  static_assert(kEnd <= kSuperblockSize);
+  if (sb.has_warm_state()) {
+    size_t n = std::min(sb.index_root.size(), CacheSuperblock::kMaxIndexRoot);
+    StoreLE32(p + kIndexRootLen, static_cast<uint32_t>(n));
+    StoreLE64(p + kBucketTableOffset, sb.bucket_table_offset);
+    StoreLE64(p + kBucketTableLen, sb.bucket_table_len);
+    if (n) std::memcpy(p + CacheSuperblock::kIndexRootOffset, sb.index_root.data(), n);
+  }
+  static_assert(kEnd <= CacheSuperblock::kIndexRootOffset);
   StoreLE64(p + kCsum, CacheChecksum(b));
 }
 
@@ -324,6 +334,21 @@ Status ValidateCacheSuperblock(const CacheSuperblock& sb, uint64_t device_size,
   }
   if (sb.btree_root_level > S::kMaxBtreeLevel)
     return Corrupt("btree root level too deep (" + std::to_string(sb.btree_root_level) + ")");
+  if (!sb.has_warm_state() &&
+      (!sb.index_root.empty() || sb.bucket_table_offset || sb.bucket_table_len))
+    return Corrupt("index root or bucket table without the warm-state feature");
+  if (sb.index_root.size() > S::kMaxIndexRoot)
+    return Corrupt("index root record too long (" + std::to_string(sb.index_root.size()) + ")");
+  if (sb.bucket_table_len != 0) {
+    uint64_t lo = sb.bucket_offset(sb.first_bucket), hi = sb.bucket_offset(sb.data_bucket());
+    if (sb.bucket_table_offset < lo || sb.bucket_table_offset % sb.block_size != 0 ||
+        sb.bucket_table_offset >= hi || sb.bucket_table_len > hi - sb.bucket_table_offset)
+      return Corrupt("bucket table outside the journal area (offset " +
+                     std::to_string(sb.bucket_table_offset) + ", " +
+                     std::to_string(sb.bucket_table_len) + " bytes)");
+  } else if (sb.bucket_table_offset != 0) {
+    return Corrupt("bucket table offset set without a length");
+  }
   return Status::OK();
 }
 
@@ -370,6 +395,15 @@ Result<CacheSuperblock> DecodeCacheSuperblock(ConstSuperblockBlock b, uint64_t d
   sb.btree_root_offset = LoadLE32(p + kBtreeRootOffset);
   sb.btree_root_level = p[kBtreeRootLevel];
   sb.cache_mode = static_cast<CacheMode>(p[kCacheMode]);
+  if (sb.has_warm_state()) {
+    uint32_t n = LoadLE32(p + kIndexRootLen);
+    if (n > CacheSuperblock::kMaxIndexRoot)
+      return Corrupt("index root record too long (" + std::to_string(n) + ")");
+    sb.index_root.assign(p + CacheSuperblock::kIndexRootOffset,
+                         p + CacheSuperblock::kIndexRootOffset + n);
+    sb.bucket_table_offset = LoadLE64(p + kBucketTableOffset);
+    sb.bucket_table_len = LoadLE64(p + kBucketTableLen);
+  }
   UB_RETURN_IF_ERROR(ValidateCacheSuperblock(sb, device_size, device_block_size));
   return sb;
 }
@@ -400,6 +434,7 @@ Result<CacheSuperblock> NewCacheSuperblock(const CacheFormatOptions& opts, uint6
   UB_ASSIGN_OR_RETURN(sb.uuid, RandomUuid());
   UB_ASSIGN_OR_RETURN(sb.set_uuid, RandomUuid());
   sb.flags = CacheSuperblock::kFlagClean;
+  sb.feature_incompat = CacheSuperblock::kIncompatWarmState;  // no root, no table: empty
   sb.seq = 1;
   sb.created = static_cast<uint64_t>(std::time(nullptr));
   Status st = ValidateCacheSuperblock(sb, device_size, device_block_size);

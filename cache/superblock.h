@@ -30,6 +30,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/block_device.h"
 #include "cache/knobs.h"  // CacheMode, with bcache's numbers (BDEV_CACHE_MODE)
@@ -69,12 +70,21 @@ struct CacheSuperblock {
                                                      0x5c, 0x3e, 0xa1, 0x77};
   // `flags` bits.
   static constexpr uint64_t kFlagClean = 1u << 0;  // shut down cleanly: journal fully applied
-  // Feature bits this build understands (none yet). An unknown incompat bit
+  // feature_incompat bit 0: the superblock carries the index root record
+  // and the bucket table pointer (warm restart state, doc/format.md §2). An
+  // incompat bit: a build that does not know it would serve the cache cold
+  // without clearing `clean`, and a later warm start would then trust an
+  // index whose buckets it had overwritten.
+  static constexpr uint64_t kIncompatWarmState = 1u << 0;
+  // Feature bits this build understands. An unknown incompat bit
   // refuses the device; an unknown ro_compat bit allows read-only use; an
   // unknown compat bit is ignored. See doc/format.md, "Versioning".
   static constexpr uint64_t kKnownCompat = 0;
   static constexpr uint64_t kKnownRoCompat = 0;
-  static constexpr uint64_t kKnownIncompat = 0;
+  static constexpr uint64_t kKnownIncompat = kIncompatWarmState;
+  // The index root record lives at this offset of the block, at most this long.
+  static constexpr size_t kIndexRootOffset = 512;
+  static constexpr size_t kMaxIndexRoot = 4096 - kIndexRootOffset;
 
   static constexpr uint32_t kMinBlockSize = 512;
   static constexpr uint32_t kMaxBlockSize = 64 * 1024;
@@ -107,6 +117,10 @@ struct CacheSuperblock {
   uint64_t btree_root_bucket = 0;
   uint32_t btree_root_offset = 0;  // bytes into the bucket
   uint8_t btree_root_level = 0;    // 0 = the root is a leaf
+  // With kIncompatWarmState (zero/empty otherwise):
+  std::vector<uint8_t> index_root;   // IndexRoot::Encode(); empty: none yet
+  uint64_t bucket_table_offset = 0;  // bytes on the device, in the journal area
+  uint64_t bucket_table_len = 0;     // bytes; 0: no table
   uint64_t csum = 0;  // as read by Decode; Encode computes its own
 
   // Buckets for btree nodes and cached data: [data_bucket(), nbuckets).
@@ -114,6 +128,7 @@ struct CacheSuperblock {
   uint64_t bucket_offset(uint64_t bucket) const { return bucket * bucket_size; }
   bool clean() const { return flags & kFlagClean; }
   bool has_btree_root() const { return btree_root_bucket != 0; }
+  bool has_warm_state() const { return feature_incompat & kIncompatWarmState; }
   // False when a ro_compat feature unknown to this build is set.
   bool writable_by_this_build() const { return (feature_ro_compat & ~kKnownRoCompat) == 0; }
 };

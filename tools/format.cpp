@@ -19,6 +19,7 @@
 #include "backend/block_device.h"
 #include "backend/reactor.h"
 #include "backend/sync_io.h"
+#include "btree/extent_index.h"
 #include "cache/superblock.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -403,6 +404,25 @@ void PrintCache(const CacheSuperblock& sb, bool json) {
   f.Num("btree_root_bucket", sb.btree_root_bucket);
   f.Num("btree_root_offset", sb.btree_root_offset);
   f.Num("btree_root_level", sb.btree_root_level);
+  f.Num("index_root_len", sb.index_root.size());
+  if (!sb.index_root.empty()) {
+    auto root = IndexRoot::Decode(sb.index_root.data(), sb.index_root.size());
+    if (root.ok()) {
+      uint64_t extents = 0, nodes = 0;
+      for (const ShardRoot& r : root->shards) {
+        extents += r.extents;
+        nodes += r.nodes;
+      }
+      f.Num("index_shards", root->shards.size());
+      f.Num("index_generation", root->generation);
+      f.Num("index_extents", extents);
+      f.Num("index_nodes", nodes);
+    } else {
+      f.Str("index_root", root.status().message());
+    }
+  }
+  f.Num("bucket_table_offset", sb.bucket_table_offset);
+  f.Num("bucket_table_len", sb.bucket_table_len);
   f.Num("created", sb.created);
   f.Str("created_utc", TimeString(sb.created));
   f.Print(json);

@@ -202,6 +202,7 @@ int ServeMain(int argc, char** argv) {
   std::vector<std::unique_ptr<BlockDevice>> backings;
   std::vector<BlockDevice*> superblock_devs(backing_specs.size(), nullptr);  // formatted ones
   std::optional<CacheMode> sb_cache_mode;  // the first formatted backing device's
+  std::vector<std::optional<BackingSuperblock>> backing_sbs;  // formatted ones
   for (size_t i = 0; i < backing_specs.size(); i++) {
     const std::string& spec = backing_specs[i];
     auto dev = OpenDevice(spec, opts);
@@ -221,9 +222,24 @@ int ServeMain(int argc, char** argv) {
               sb->label);
       superblock_devs[i] = dev->get();
       if (!sb_cache_mode) sb_cache_mode = sb->cache_mode;
+      if (!args.Has("cache") && !opts.read_only && sb->state == BackingState::kClean) {
+        // Writes that bypass the cache set would leave its copy stale: the
+        // device is detached first, so the set starts it cold next time.
+        BackingSuperblock detached = *sb;
+        detached.set_uuid = Uuid{};
+        detached.state = BackingState::kNone;
+        detached.seq++;
+        Status wst = WriteBackingSuperblock(**dev, detached);
+        if (!wst.ok()) Die(2, spec + ": cannot detach from its cache set: " + wst.message());
+        UB_INFO("{}: served without its cache: detached from cache set {}", spec,
+                FormatUuid(sb->set_uuid));
+        *sb = detached;
+      }
+      backing_sbs.push_back(*sb);
     } else if (*kind != SuperblockKind::kNone) {
       Die(2, spec + ": holds a cache superblock; a cache device goes to --cache");
     }
+    if (*kind != SuperblockKind::kBacking) backing_sbs.push_back(std::nullopt);
     if (data_offset > 0) {
       raw_backings.push_back(std::move(dev).value());
       backings.push_back(std::make_unique<OffsetDevice>(raw_backings.back().get(), data_offset));
@@ -249,26 +265,51 @@ int ServeMain(int argc, char** argv) {
     co.btree_cache_size = *btree_cache;
     auto kind = Probe(*cache_dev);
     if (!kind.ok()) Die(2, args.Get("cache") + ": " + kind.status().message());
+    Result<std::unique_ptr<CacheSet>> s = Status::OK();
     if (*kind == SuperblockKind::kCache) {
-      // A formatted cache keeps its geometry; its superblock and journal area stay untouched.
+      // A formatted cache keeps its geometry and its index (warm restart).
       auto sb = ReadCacheSuperblock(*cache_dev);
       if (!sb.ok()) Die(2, args.Get("cache") + ": " + sb.status().message());
-      co.bucket_size = sb->bucket_size;
-      co.reserved_bytes = sb->bucket_offset(sb->data_bucket());
+      s = CacheSet::Open(cache_dev.get(), *sb, co);
     } else if (*kind != SuperblockKind::kNone) {
       Die(2, args.Get("cache") + ": holds a backing or bcache superblock, not a cache");
+    } else {
+      UB_INFO("{}: no cache superblock: the index is kept in memory and every start is cold "
+              "(warm restart needs `ubcache format --cache`)", args.Get("cache"));
+      s = CacheSet::Create(cache_dev.get(), co);
     }
-    io_opt = static_cast<uint32_t>(co.bucket_size);
-    auto s = CacheSet::Create(cache_dev.get(), co);
     if (!s.ok()) Die(2, s.status().message());
     set = std::move(s).value();
+    io_opt = static_cast<uint32_t>(set->options().bucket_size);
     // cache_mode persists in the backing superblock (ctl set cache_mode); a
     // flag overrides it for this run.
     if (sb_cache_mode) set->knobs().cache_mode = *sb_cache_mode;
     ApplyKnobFlags(args, set->knobs());
-    for (size_t i = 0; i < backings.size(); i++)
+    for (size_t i = 0; i < backings.size(); i++) {
+      Uuid uuid{};
+      bool attached = false;
+      if (backing_sbs[i] && set->persistent()) {
+        BackingSuperblock& bsb = *backing_sbs[i];
+        uuid = bsb.uuid;
+        attached = bsb.set_uuid == set->set_uuid() && bsb.state != BackingState::kNone;
+        if (!attached && bsb.state == BackingState::kDirty)
+          Die(2, backing_specs[i] + ": dirty in another cache set (" + FormatUuid(bsb.set_uuid) +
+                     "); serve it with that cache");
+        if (!attached && !opts.read_only) {
+          // Record the attachment as bcache does: the set's uuid, state clean
+          // (dirty only ever with writeback).
+          bsb.set_uuid = set->set_uuid();
+          bsb.state = BackingState::kClean;
+          bsb.seq++;
+          Status wst = WriteBackingSuperblock(*superblock_devs[i], bsb);
+          if (!wst.ok()) Die(2, backing_specs[i] + ": cannot attach: " + wst.message());
+          UB_INFO("{}: attached to cache set {}", backing_specs[i], FormatUuid(bsb.set_uuid));
+        }
+      }
       cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(),
-                                                      static_cast<uint32_t>(i), backings[i].get()));
+                                                      set->DeviceNumber(uuid, attached),
+                                                      backings[i].get()));
+    }
   }
 
   std::vector<NbdExport> exports;
@@ -304,6 +345,11 @@ int ServeMain(int argc, char** argv) {
   }
   if (ctl) ctl->Stop();
   for (size_t i = 0; i < cached.size(); i++) LogStats(names[i], *cached[i]);
+  if (set) {
+    // Every request has finished (the server drained): save the index.
+    Status sst = set->Shutdown();
+    if (!sst.ok()) UB_ERROR("cache shutdown: {} (the next start is cold)", sst.ToString());
+  }
   if (!st.ok()) {
     UB_ERROR("{}", st.ToString());
     return 1;

@@ -7,18 +7,15 @@
 #    the cache, so the second one reads hits);
 #  - qemu-io pattern tests that make a cached copy stale on purpose:
 #    cache a range, overwrite it (plain, write-zeroes, discard), read back;
-#  - restart the server on the same cache and backing files (the index is
-#    in memory: the cache starts cold over old cache-file contents) and
-#    verify everything written before, twice (miss, then hit).
+#  - restart the server on the same cache and backing files (both
+#    formatted: the restart after SIGTERM is warm, the index and its cached
+#    data come back) and verify everything written before, twice.
 # Every mode gets its own 256 MiB region of one backing file; at the end one
 # more server verifies all three regions, so no mode's run damaged another's.
 source "$(dirname "$0")/lib.sh"
 
 M=$((1 << 20))
-CACHE=$WORK/cache.img
-BACKING=$WORK/backing.img
-truncate -s 256M "$CACHE"
-truncate -s 768M "$BACKING"
+format_cache_backing 256M 768M
 
 
 
@@ -107,8 +104,9 @@ for i in "${!modes[@]}"; do
     *) ((hits > 0)) || fail "$mode: no cache hits at all (verify reads never served from the cache)" ;;
   esac
 
-  # Restart on the same files: a cold index over old cache contents.
+  # Restart on the same files: warm, the cached copies are read again.
   serve "$mode"
+  grep -q "warm start" "$SERVER_LOG" || fail "$mode: the restart after SIGTERM was not warm"
   run_fio "$mode: verify-only after restart" $(fio_args "$base" "$seed") --verify_only=1
   run_fio "$mode: verify-only after restart, again" $(fio_args "$base" "$seed") --verify_only=1
   qemu_check "$mode" "$base" "$pat" "patterns after restart"

@@ -158,6 +158,17 @@ expect_contains() {
 $1"
 }
 
+# format_cache_backing CACHE_SIZE BACKING_SIZE — new files CACHE=$WORK/cache.img
+# and BACKING=$WORK/backing.img of those sizes, formatted by one `ubcache
+# format` (so the backing device is attached to the cache set).
+format_cache_backing() {
+  CACHE=$WORK/cache.img BACKING=$WORK/backing.img
+  truncate -s "$1" "$CACHE"
+  truncate -s "$2" "$BACKING"
+  "$UBCACHE" format --cache "$CACHE" --backing "$BACKING" >"$WORK/format.log" 2>&1 ||
+    fail "format --cache $CACHE --backing $BACKING failed: $(cat "$WORK/format.log")"
+}
+
 # random_file PATH MIB — fill PATH with MIB MiB of random data.
 random_file() {
   dd if=/dev/urandom of="$1" bs=1M count="$2" status=none
