@@ -408,6 +408,21 @@ const Attribute* FindAttribute(std::string_view name) {
   return nullptr;
 }
 
+std::string AttributesMarkdown() {
+  std::string out =
+      "| name | group | default | writable: valid values | metric (ubcache_…) | meaning |\n"
+      "|---|---|---|---|---|---|\n";
+  for (const Attribute& a : Attributes()) {
+    std::string metric = a.metric.empty() || a.type == MetricType::kNone ? "" : a.metric;
+    if (!metric.empty() && !a.labels.empty()) metric += "{" + a.labels + "}";
+    if (!metric.empty() && !a.enum_label.empty()) metric += "{" + a.enum_label + "=…}";
+    if (!metric.empty() && a.type == MetricType::kCounter) metric += " (counter)";
+    out += "| " + a.name + " | " + GroupName(a.group) + " | " + a.default_value + " | " +
+           (a.set ? a.range : std::string("read-only")) + " | " + metric + " | " + a.help + " |\n";
+  }
+  return out;
+}
+
 Status SetAttribute(const Target& t, std::string_view name, std::string_view value) {
   const Attribute* a = FindAttribute(name);
   if (!a) return Status::NotFound("no attribute '" + std::string(name) + "' (see 'ubcache ctl show')");

@@ -121,6 +121,10 @@ struct Attribute {
 const std::vector<Attribute>& Attributes();
 const Attribute* FindAttribute(std::string_view name);
 
+// The table as Markdown, one row per attribute (doc/control.md embeds it;
+// `ubcache ctl --list` prints it).
+std::string AttributesMarkdown();
+
 // Sets `name` on `t`: unknown names and invalid values are refused with the
 // valid range, and nothing changes.
 Status SetAttribute(const Target& t, std::string_view name, std::string_view value);

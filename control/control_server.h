@@ -47,6 +47,17 @@ class ControlServer {
   // The TCP port the metrics listener got (for "127.0.0.1:0").
   int metrics_port() const { return metrics_port_; }
 
+  // How long requests took inside the daemon, from the complete request to
+  // the reply queued: wall clock and the control thread's CPU time. Logged
+  // by Stop(); read after Stop() (or from the control thread).
+  struct Timing {
+    uint64_t requests = 0;
+    uint64_t max_wall_ns = 0, max_cpu_ns = 0;
+    uint64_t wall_log2[64] = {};  // requests by floor(log2(wall ns))
+    uint64_t WallPercentileNs(double p) const;
+  };
+  const Timing& timing() const { return timing_; }
+
  private:
   struct Conn;
   void Loop();
@@ -55,6 +66,8 @@ class ControlServer {
   void HandleLine(Conn& c, const std::string& line);
   void HandleHttp(Conn& c);
   bool Flush(Conn& c);  // false: the connection is done or broken
+  // Logs requests slower than 5 ms (`what` names them).
+  void Record(uint64_t wall0, uint64_t cpu0, const std::string& what);
 
   ControlServerOptions o_;
   Controller controller_;
@@ -64,6 +77,7 @@ class ControlServer {
   int metrics_port_ = 0;
   int stop_fd_ = -1;
   std::vector<std::unique_ptr<Conn>> conns_;  // control thread only
+  Timing timing_;                             // control thread only
   std::thread thread_;
 };
 

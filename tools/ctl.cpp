@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "control/attributes.h"
 #include "control/control_server.h"
 #include "control/protocol.h"
 #include "tools/args.h"
@@ -60,11 +61,16 @@ int CtlMain(int argc, char** argv) {
   args.Option("control", "PATH", "the daemon's control socket (default: the one in /run/ubcache)")
       .Option("device", "NAME", "the export to act on (default: the daemon's first)")
       .Flag("json", "print the reply as JSON")
+      .Flag("list", "print the table of attributes (Markdown) and exit; needs no daemon")
       .Epilog(CommandList() +
               "\nNAME is an attribute as 'show' lists it (sequential_cutoff, stats_total/cache_hits, ...);\n"
               "sizes take units (4M). GROUP: backing_device, cache_set, cache_device, stats_total,\n"
               "stats_five_minute, stats_hour, stats_day, internal.");
   args.Parse(argc - 1, argv + 1);
+  if (args.Has("list")) {
+    std::fputs(control::AttributesMarkdown().c_str(), stdout);
+    return 0;
+  }
   const auto& pos = args.positional();
   if (pos.empty()) args.UsageError("a COMMAND is required");
   const control::CommandSpec* spec = control::FindCommand(pos[0]);

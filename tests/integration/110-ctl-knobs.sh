@@ -8,8 +8,13 @@
 #  - the socket is 0600 and a second user (nobody: not root, not the
 #    daemon's uid) is refused;
 #  - curl of --metrics-listen and `ctl metrics` are valid Prometheus text
-#    (strict per-line check: prom_check.py); --json output is JSON.
+#    (strict per-line check: prom_check.py); --json output is JSON;
+#  - doc/control.md's attribute table is what `ctl --list` prints.
 source "$(dirname "$0")/lib.sh"
+
+diff <(sed -n '/^<!-- BEGIN ATTRIBUTES/,/^<!-- END ATTRIBUTES/p' "$UBCACHE_SRC/doc/control.md" | sed '1d;$d') \
+  <("$UBCACHE" ctl --list) >"$WORK/doc.diff" ||
+  fail "doc/control.md's attribute table differs from 'ubcache ctl --list' (regenerate it): $(head -n 20 "$WORK/doc.diff")"
 
 truncate -s 256M "$WORK/cache.img"
 truncate -s 64M "$WORK/backing.img"

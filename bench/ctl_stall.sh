@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# ctl_stall.sh — does reading statistics stall I/O? (issue 5's stall test,
+# after bcache's Launchpad 1840043: priority_stats sorted every bucket under
+# the bucket lock while node_exporter polled it, ~40k -> ~4k IOPS.)
+#
+# A sparse cache file of CACHE_SIZE with BUCKET buckets (default 64 GiB of
+# 64 KiB: 1M buckets), a working set WS warmed into it (sequential cutoff 0),
+# then fio 4 KiB randread QD32 through NBD (fio's nbd engine) for RUNTIME
+# seconds, REPEAT times without and with bench/ctl_poller.py querying
+# priority-stats, stats and metrics RATE times a second over the control
+# socket (order swapped each repeat). Reports the IOPS ratio (with/without:
+# the ratio of the sums and the median of the per-repeat ratios; target
+# >= 0.99), the poller's query latency as the client sees it (p50, p99,
+# max: includes its own scheduling on a loaded machine) and as the daemon
+# measures it (request received to reply queued: wall p99 and max, and the
+# control thread's CPU time; target: every query < 5 ms). Prints one JSON
+# object on stdout.
+#
+# Options are environment variables: CACHE_SIZE BUCKET WS RUNTIME REPEAT
+# RATE DIR UBCACHE, POLL_COMMANDS (default priority-stats,stats,metrics) and
+# POLL_ARGS (e.g. --connect-each: a new connection per query, as ctl does). Benchmarks are not tests: exit status is non-zero only
+# when a tool fails.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+CACHE_SIZE=${CACHE_SIZE:-64G}
+BUCKET=${BUCKET:-64k}
+WS=${WS:-1G}
+RUNTIME=${RUNTIME:-20}
+REPEAT=${REPEAT:-2}
+RATE=${RATE:-100}
+POLL_ARGS=${POLL_ARGS:-}
+UBCACHE=${UBCACHE:-$repo/build/ubcache}
+DIR=${DIR:-/var/tmp/ubcache-ctl-stall}
+
+[[ -x $UBCACHE ]] || { echo "ctl_stall: $UBCACHE is not built" >&2; exit 2; }
+rm -rf "$DIR"
+mkdir -p "$DIR"
+SERVER=""
+cleanup() {
+  [[ -n $SERVER ]] && kill "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null
+  rm -f "$DIR"/*.img
+}
+trap cleanup EXIT
+truncate -s "$CACHE_SIZE" "$DIR/cache.img"
+truncate -s "$WS" "$DIR/backing.img"
+SOCK=$DIR/nbd.sock CTL=$DIR/ctl.sock
+"$UBCACHE" serve --cache "$DIR/cache.img" --bucket-size "$BUCKET" --backing "$DIR/backing.img" \
+  --nbd "unix:$SOCK" --control "$CTL" --sequential-cutoff 0 \
+  --congested-read-threshold-us 0 --congested-write-threshold-us 0 2>"$DIR/server.log" &
+SERVER=$!
+for _ in $(seq 400); do [[ -S $SOCK ]] && break; kill -0 $SERVER || break; sleep 0.05; done
+[[ -S $SOCK ]] || { cat "$DIR/server.log" >&2; exit 1; }
+URI="nbd+unix:///?socket=$SOCK"
+nbuckets=$("$UBCACHE" ctl --control "$CTL" get nbuckets)
+echo "ctl_stall: $nbuckets buckets of $BUCKET; warming $WS" >&2
+fio --name=warm --ioengine=nbd --uri="$URI" --rw=read --bs=1M --iodepth=4 --size="$WS" \
+  --output-format=terse >/dev/null
+# Cache writes of the warm-up finish after the reads are answered.
+sleep 1
+
+# run TAG POLL — one fio randread; prints IOPS; with POLL=1 the poller runs alongside.
+run() {
+  local tag=$1 poll=$2 ppid=""
+  if [[ $poll == 1 ]]; then
+    python3 "$here/ctl_poller.py" "$CTL" --rate "$RATE" ${POLL_COMMANDS:+--commands "$POLL_COMMANDS"} $POLL_ARGS >"$DIR/poll.$tag.json" &
+    ppid=$!
+  fi
+  fio --name=rr --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size="$WS" \
+    --time_based --runtime="$RUNTIME" --randrepeat=0 --output-format=json --output="$DIR/fio.$tag.json" >/dev/null
+  if [[ -n $ppid ]]; then kill -TERM "$ppid"; wait "$ppid"; fi
+  python3 -c 'import json,sys; t=open(sys.argv[1]).read(); print(json.loads(t[t.index("{"):])["jobs"][0]["read"]["iops"])' \
+    "$DIR/fio.$tag.json"
+}
+
+without=() with=()
+for r in $(seq "$REPEAT"); do
+  if ((r % 2)); then
+    without+=("$(run "a$r" 0)"); with+=("$(run "b$r" 1)")
+  else
+    with+=("$(run "b$r" 1)"); without+=("$(run "a$r" 0)")
+  fi
+  echo "ctl_stall: repeat $r: without ${without[-1]} IOPS, with polling ${with[-1]} IOPS" >&2
+done
+kill -TERM $SERVER; wait $SERVER || true; SERVER=""
+hits=$(grep -o 'cache_hit_ratio [0-9]*%' "$DIR/server.log" | tail -1)
+timing=$(grep -o 'control: .* requests answered.*' "$DIR/server.log" | tail -1)
+python3 - "$DIR" "$nbuckets" "$hits" "${without[*]}" "${with[*]}" "$timing" <<'PY'
+import glob, json, re, statistics, sys
+d, nbuckets, hits, wo, wi, timing = sys.argv[1:]
+m = re.search(r"(\d+) requests answered in wall p50 <= (\d+) us, p99 <= (\d+) us, max (\d+) us; cpu max (\d+) us", timing)
+if not m:
+    sys.exit(f"no control timing line in the server log: {timing!r}")
+wo = [float(x) for x in wo.split()]
+wi = [float(x) for x in wi.split()]
+polls = [json.load(open(p)) for p in sorted(glob.glob(d + "/poll.*.json"))]
+out = {
+    "buckets": int(nbuckets), "hits": hits,
+    "iops_without": [round(x) for x in wo], "iops_with": [round(x) for x in wi],
+    "ratio": round(sum(wi) / sum(wo), 4),
+    "ratio_median": round(statistics.median(b / a for a, b in zip(wo, wi)), 4),
+    "queries": sum(p["count"] for p in polls), "query_errors": sum(p["errors"] for p in polls),
+    "query_rate": [p["rate"] for p in polls],
+    "query_p50_ms": max(p["p50_ms"] for p in polls), "query_p99_ms": max(p["p99_ms"] for p in polls),
+    "query_max_ms": max(p["max_ms"] for p in polls),
+    "server_requests": int(m[1]), "server_wall_p99_us": int(m[3]), "server_wall_max_us": int(m[4]),
+    "server_cpu_max_us": int(m[5]),
+}
+print(json.dumps(out))
+PY
