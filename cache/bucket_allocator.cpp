@@ -7,7 +7,7 @@ namespace ubcache {
 
 BucketAllocator::BucketAllocator(Options o)
     : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]), prio_hist_(new std::atomic<uint32_t>[kPrioBins]) {
-  for (unsigned p = 0; p < kPrioBins; p++) prio_hist_[p].store(0, std::memory_order_relaxed);
+  ClearPrio();
   MutexLock l(&mu_);
   buckets_.resize(o_.nbuckets);
   writers_.resize(std::max(1u, o_.writers));
@@ -359,7 +359,7 @@ Status BucketAllocator::RestoreState(const std::vector<BucketState>& state) {
       return Status::InvalidArgument("bucket table: bad kind for bucket " + std::to_string(b));
   }
   for (auto& c : counts_) c.store(0, std::memory_order_relaxed);
-  for (unsigned p = 0; p < kPrioBins; p++) prio_hist_[p].store(0, std::memory_order_relaxed);
+  ClearPrio();
   free_.clear();
   max_lead_ = 0;
   live_.clear();  // GC's counts are not saved: the next GC pass redoes them
@@ -411,15 +411,20 @@ BucketAllocator::PriorityStats BucketAllocator::priority_stats() const {
   ps.dirty_percent = 0;
   // The superblock and journal area counts as metadata, as bcache marks it.
   ps.metadata_percent = static_cast<unsigned>((u.metadata + u.reserved) * 100 / all);
-  // Straight from the atomics, no copy: this runs 100 times a second under
-  // a metrics scraper. Counts that move between the two passes only shift
-  // a quantile by a bucket; the loop below stops at kQuantiles either way.
+  // Straight from the atomics, no copy, and only the fine bins of nonzero
+  // groups: this runs 100 times a second under a metrics scraper. Counts
+  // that move between the passes only shift a quantile by a bucket.
   auto h = [this](unsigned p) -> uint64_t { return prio_hist_[p].load(std::memory_order_relaxed); };
+  auto group = [this](unsigned g) -> uint64_t { return prio_group_[g].load(std::memory_order_relaxed); };
+  constexpr unsigned kGroups = kPrioBins / kPrioGroup + 1;
   uint64_t n = 0, age_sum = 0;
-  for (unsigned p = 0; p < kPrioBins; p++) {
-    uint64_t c = h(p);
-    n += c;
-    age_sum += c * (kInitialPrio - p);
+  for (unsigned g = 0; g < kGroups; g++) {
+    if (group(g) == 0) continue;
+    for (unsigned p = g * kPrioGroup; p < std::min(kPrioBins, (g + 1) * kPrioGroup); p++) {
+      uint64_t c = h(p);
+      n += c;
+      age_sum += c * (kInitialPrio - p);
+    }
   }
   if (n == 0) return ps;
   ps.average = age_sum / n;
@@ -428,10 +433,13 @@ BucketAllocator::PriorityStats BucketAllocator::priority_stats() const {
   // priorities sorted in descending order; quantile i is rank n*(i+1)/32.
   unsigned q = 0;
   uint64_t seen = 0;
-  for (unsigned p = kPrioBins; p-- > 0 && q < kQuantiles;) {
-    seen += h(p);
-    while (q < kQuantiles && n * (q + 1) / (kQuantiles + 1) < seen)
-      ps.quantiles[q++] = static_cast<uint16_t>(kInitialPrio - p);
+  for (unsigned g = kGroups; g-- > 0 && q < kQuantiles;) {
+    if (group(g) == 0) continue;
+    for (unsigned p = std::min(kPrioBins, (g + 1) * kPrioGroup); p-- > g * kPrioGroup && q < kQuantiles;) {
+      seen += h(p);
+      while (q < kQuantiles && n * (q + 1) / (kQuantiles + 1) < seen)
+        ps.quantiles[q++] = static_cast<uint16_t>(kInitialPrio - p);
+    }
   }
   return ps;
 }
