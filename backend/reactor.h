@@ -92,6 +92,10 @@ class Reactor {
   uint64_t inflight() const { return inflight_; }
 
  private:
+  // How long a recently busy reactor polls before it sleeps (0: never).
+  static constexpr uint64_t kSpinNs = 50'000;
+  // Polls the ring until work shows up (true) or kSpinNs pass (false).
+  bool SpinForWork();
   Reactor() = default;
   class Waker;
   struct Timer {
@@ -116,6 +120,9 @@ class Reactor {
   uint64_t event_buf_ = 0;
   std::unique_ptr<Waker> waker_;
   uint64_t inflight_ = 0;
+  // When the last completion was reaped (NowNanos()); a reactor that was
+  // busy a moment ago polls its ring briefly before it sleeps.
+  uint64_t last_reaped_ns_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_{false};
 
