@@ -6,7 +6,7 @@
 namespace ubcache {
 
 BucketAllocator::BucketAllocator(Options o)
-    : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]), prio_hist_(new std::atomic<uint32_t>[kPrioBins]) {
+    : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]), inflight_(new std::atomic<uint32_t>[o.nbuckets]), prio_hist_(new std::atomic<uint32_t>[kPrioBins]) {
   ClearPrio();
   MutexLock l(&mu_);
   buckets_.resize(o_.nbuckets);
@@ -15,7 +15,10 @@ BucketAllocator::BucketAllocator(Options o)
     if (b < o_.first_bucket) buckets_[b].kind = Kind::kReserved;
     CountKind(buckets_[b].kind, 1);
   }
-  for (uint32_t b = 0; b < o_.nbuckets; b++) PublishLocked(b);
+  for (uint32_t b = 0; b < o_.nbuckets; b++) {
+    PublishLocked(b);
+    inflight_[b].store(0, std::memory_order_relaxed);
+  }
   // Hand out low buckets first.
   for (uint32_t b = o_.nbuckets; b-- > o_.first_bucket;) free_.push_back(b);
   // bcache keeps a free FIFO of a few hundred buckets; here about 1% of
@@ -38,7 +41,7 @@ void BucketAllocator::SetPrioLocked(uint32_t i, uint16_t prio) {
 
 bool BucketAllocator::ReclaimableLocked(uint32_t b) const {
   const Bucket& k = buckets_[b];
-  return k.kind == Kind::kData && !k.open &&
+  return k.kind == Kind::kData && !k.open && inflight_[b].load(std::memory_order_acquire) == 0 &&
          static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead;  // else GC must run first
 }
 
@@ -228,6 +231,7 @@ Result<BucketAllocator::Space> BucketAllocator::Allocate(unsigned w, uint64_t le
   }
   Space s{uint64_t{wr.bucket} * o_.bucket_size + wr.fill, buckets_[wr.bucket].gen, wr.bucket};
   wr.fill += len;
+  inflight_[wr.bucket].fetch_add(1, std::memory_order_relaxed);
   return s;
 }
 

@@ -88,6 +88,13 @@ class BucketAllocator {
   // `len` bytes (<= bucket size) of data space for writer `w`; NoSpace
   // when every bucket is in use and none can be reclaimed.
   Result<Space> Allocate(unsigned w, uint64_t len, ReplacementPolicy policy) EXCLUDES(mu_);
+  // Every Allocate() is followed by exactly one WriteDone(space.bucket)
+  // once the write of that space has completed (or failed). A bucket with
+  // writes in flight is never reclaimed: a late write must not land on data
+  // the bucket's next owner wrote.
+  void WriteDone(uint32_t bucket) {
+    inflight_[bucket].fetch_sub(1, std::memory_order_release);
+  }
   // A whole bucket for metadata, from the reserve if need be.
   Result<Space> AllocateMetadata() EXCLUDES(mu_);
   void FreeMetadata(uint32_t bucket) EXCLUDES(mu_);
@@ -196,6 +203,7 @@ class BucketAllocator {
   mutable Mutex mu_;
   std::vector<Bucket> buckets_ GUARDED_BY(mu_);
   std::unique_ptr<std::atomic<uint32_t>[]> published_;  // Pack(bucket), read without mu_
+  std::unique_ptr<std::atomic<uint32_t>[]> inflight_;   // Allocate()s not yet WriteDone()
   std::vector<uint32_t> free_ GUARDED_BY(mu_);
   std::vector<Writer> writers_ GUARDED_BY(mu_);
   uint64_t fill_seq_ GUARDED_BY(mu_) = 0;

@@ -279,6 +279,7 @@ void CachedDevice::Fill(uint64_t start, uint64_t len, const uint8_t* data, uint6
     Extent e{dev_, start + off, n, space->cache_offset, space->gen, false};
     set_->cache_dev()->Write(e.cache_offset, n, copy, 0, [this, e, since, copy, cap](Status st) {
       BufferPool::ForThread().Put(copy, cap);
+      set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
       if (!st.ok()) {
         UB_WARN("{}: cache write failed: {}", spec_, st.ToString());
         return;
@@ -354,7 +355,8 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
       op->pending++;
       uint64_t t0 = NowNanos();
       set_->cache_dev()->Write(e.cache_offset, n, static_cast<uint8_t*>(req.buf) + off, 0,
-                               [this, op, finish, t0](Status st) mutable {
+                               [this, op, finish, t0, b = space->bucket](Status st) mutable {
+                                 set_->buckets().WriteDone(b);
                                  uint64_t now = NowNanos();
                                  set_->congestion().Observe(
                                      (now - t0) / 1000,

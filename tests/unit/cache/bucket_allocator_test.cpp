@@ -40,9 +40,16 @@ BucketAllocator::Options Opts(uint32_t nbuckets, uint32_t reserve = 0, unsigned 
   return o;
 }
 
+// An allocation whose write has completed at once (WriteDone), so the
+// bucket is reclaimable as soon as its writer moves on.
+Result<Space> Done(BucketAllocator& a, Result<Space> r) {
+  if (r.ok()) a.WriteDone(r->bucket);
+  return r;
+}
+
 // A whole bucket of data for writer `w`: always opens a new bucket.
 Space Fill(BucketAllocator& a, ReplacementPolicy p = kLru, unsigned w = 0) {
-  auto r = a.Allocate(w, kBucket, p);
+  auto r = Done(a, a.Allocate(w, kBucket, p));
   REQUIRE(r.ok());
   return *r;
 }
@@ -69,7 +76,7 @@ TEST_CASE("allocations within a bucket are contiguous and tagged with its genera
   BucketAllocator a(Opts(8, 0, 1, 2));
   uint64_t expect = 2 * kBucket;  // buckets below first_bucket hold superblock/journal
   for (int i = 0; i < 16; i++) {
-    auto r = a.Allocate(0, 4096, kLru);
+    auto r = Done(a, a.Allocate(0, 4096, kLru));
     REQUIRE(r.ok());
     REQUIRE(r->cache_offset == expect);
     REQUIRE(r->bucket == 2);
@@ -79,7 +86,7 @@ TEST_CASE("allocations within a bucket are contiguous and tagged with its genera
     expect += 4096;
   }
   // The bucket is full: the next allocation starts a new one at its start.
-  auto next = a.Allocate(0, 4096, kLru);
+  auto next = Done(a, a.Allocate(0, 4096, kLru));
   REQUIRE(next.ok());
   REQUIRE(next->bucket == 3);
   REQUIRE(next->cache_offset == 3 * kBucket);
@@ -87,27 +94,27 @@ TEST_CASE("allocations within a bucket are contiguous and tagged with its genera
 
 TEST_CASE("an allocation that does not fit the open bucket's remainder starts a new bucket") {
   BucketAllocator a(Opts(4));
-  REQUIRE(a.Allocate(0, kBucket - 4096, kLru)->cache_offset == 0);
-  auto r = a.Allocate(0, 8192, kLru);
+  REQUIRE(Done(a, a.Allocate(0, kBucket - 4096, kLru))->cache_offset == 0);
+  auto r = Done(a, a.Allocate(0, 8192, kLru));
   REQUIRE(r.ok());
   REQUIRE(r->cache_offset == kBucket);  // never straddles buckets
-  REQUIRE(a.Allocate(0, kBucket - 8192, kLru)->cache_offset == kBucket + 8192);
+  REQUIRE(Done(a, a.Allocate(0, kBucket - 8192, kLru))->cache_offset == kBucket + 8192);
 }
 
 TEST_CASE("allocation sizes of 0 or more than a bucket are rejected") {
   BucketAllocator a(Opts(4));
-  REQUIRE(a.Allocate(0, 0, kLru).status().IsInvalidArgument());
-  REQUIRE(a.Allocate(0, kBucket + 1, kLru).status().IsInvalidArgument());
-  REQUIRE(a.Allocate(0, kBucket, kLru).ok());
+  REQUIRE(Done(a, a.Allocate(0, 0, kLru)).status().IsInvalidArgument());
+  REQUIRE(Done(a, a.Allocate(0, kBucket + 1, kLru)).status().IsInvalidArgument());
+  REQUIRE(Done(a, a.Allocate(0, kBucket, kLru)).ok());
 }
 
 TEST_CASE("each writer fills its own open bucket") {
   BucketAllocator a(Opts(8, 0, 2));
-  Space w0 = Ok(a.Allocate(0, 4096, kLru));
-  Space w1 = Ok(a.Allocate(1, 4096, kLru));
+  Space w0 = Ok(Done(a, a.Allocate(0, 4096, kLru)));
+  Space w1 = Ok(Done(a, a.Allocate(1, 4096, kLru)));
   REQUIRE(w0.bucket != w1.bucket);
-  REQUIRE(a.Allocate(0, 4096, kLru)->cache_offset == w0.cache_offset + 4096);
-  REQUIRE(a.Allocate(1, 4096, kLru)->cache_offset == w1.cache_offset + 4096);
+  REQUIRE(Done(a, a.Allocate(0, 4096, kLru))->cache_offset == w0.cache_offset + 4096);
+  REQUIRE(Done(a, a.Allocate(1, 4096, kLru))->cache_offset == w1.cache_offset + 4096);
 }
 
 TEST_CASE("buckets below first_bucket are reserved and never handed out") {
@@ -123,7 +130,7 @@ TEST_CASE("buckets below first_bucket are reserved and never handed out") {
 
 TEST_CASE("reclaiming a bucket bumps its generation so old pointers are no longer valid") {
   BucketAllocator a(Opts(2));
-  Space old = Ok(a.Allocate(0, 4096, kLru));
+  Space old = Ok(Done(a, a.Allocate(0, 4096, kLru)));
   REQUIRE(old.bucket == 0);
   Fill(a);  // bucket 0 closed; bucket 1 open
   REQUIRE(a.Valid(old.cache_offset, old.gen));
@@ -148,7 +155,7 @@ TEST_CASE("data cannot take the metadata reserve but metadata can") {
   Space d = Fill(a);  // 4 free > 3 reserved: fine
   // 3 free: a new data bucket would dig into the reserve, and the only data
   // bucket is open, so there is nothing to reclaim.
-  auto r = a.Allocate(0, kBucket, kLru);
+  auto r = Done(a, a.Allocate(0, kBucket, kLru));
   REQUIRE(r.status().IsNoSpace());
   REQUIRE(a.usage().free == 3);
   for (int i = 0; i < 3; i++) {
@@ -239,7 +246,7 @@ TEST_CASE("random reclaims some closed data bucket, and not always the same one"
 
 TEST_CASE("open buckets are never reclaimed, even with the lowest priority") {
   BucketAllocator a(Opts(4, 0, 2));
-  Space w0 = Ok(a.Allocate(0, 4096, kLru));  // writer 0 keeps this bucket open
+  Space w0 = Ok(Done(a, a.Allocate(0, 4096, kLru)));  // writer 0 keeps this bucket open
   for (int i = 0; i < 10; i++) a.DecayPriorities();
   for (int i = 0; i < 20; i++) {
     for (ReplacementPolicy p : {kLru, kFifo, kRandom}) {
@@ -248,15 +255,15 @@ TEST_CASE("open buckets are never reclaimed, even with the lowest priority") {
     }
   }
   REQUIRE(a.Valid(w0.cache_offset, w0.gen));
-  REQUIRE(a.Allocate(0, 4096, kLru)->cache_offset == w0.cache_offset + 4096);
+  REQUIRE(Done(a, a.Allocate(0, 4096, kLru))->cache_offset == w0.cache_offset + 4096);
 }
 
 TEST_CASE("NoSpace when every bucket is open or metadata") {
   SECTION("all open") {
     BucketAllocator a(Opts(3, 0, 3));
-    for (unsigned w = 0; w < 3; w++) REQUIRE(a.Allocate(w, 4096, kLru).ok());
+    for (unsigned w = 0; w < 3; w++) REQUIRE(Done(a, a.Allocate(w, 4096, kLru)).ok());
     for (ReplacementPolicy p : {kLru, kFifo, kRandom})
-      REQUIRE(a.Allocate(0, kBucket, p).status().IsNoSpace());
+      REQUIRE(Done(a, a.Allocate(0, kBucket, p)).status().IsNoSpace());
     REQUIRE(a.AllocateMetadata().status().IsNoSpace());
     RequireConsistent(a);
   }
@@ -264,15 +271,15 @@ TEST_CASE("NoSpace when every bucket is open or metadata") {
     BucketAllocator a(Opts(3));
     for (int i = 0; i < 3; i++) REQUIRE(a.AllocateMetadata().ok());
     for (ReplacementPolicy p : {kLru, kFifo, kRandom})
-      REQUIRE(a.Allocate(0, 4096, p).status().IsNoSpace());
+      REQUIRE(Done(a, a.Allocate(0, 4096, p)).status().IsNoSpace());
     REQUIRE(a.AllocateMetadata().status().IsNoSpace());
     a.FreeMetadata(1);
-    REQUIRE(a.Allocate(0, 4096, kLru)->bucket == 1);
+    REQUIRE(Done(a, a.Allocate(0, 4096, kLru))->bucket == 1);
   }
   SECTION("nothing but reserved buckets") {
     BucketAllocator a(Opts(2, 0, 1, 2));
     for (ReplacementPolicy p : {kLru, kFifo, kRandom})
-      REQUIRE(a.Allocate(0, 4096, p).status().IsNoSpace());
+      REQUIRE(Done(a, a.Allocate(0, 4096, p)).status().IsNoSpace());
     REQUIRE(a.AllocateMetadata().status().IsNoSpace());
   }
 }
@@ -285,16 +292,16 @@ TEST_CASE("a bucket whose generation ran kMaxGenLead ahead of its last GC waits 
   Space first = Fill(a);
   int ok = 1;
   Result<Space> r = Space{};
-  while ((r = a.Allocate(0, kBucket, kLru)).ok()) {
+  while ((r = Done(a, a.Allocate(0, kBucket, kLru))).ok()) {
     ok++;
     REQUIRE(ok < 1000);
   }
   REQUIRE(r.status().IsNoSpace());
   REQUIRE(ok == 2 + 2 * BucketAllocator::kMaxGenLead);
   for (ReplacementPolicy p : {kFifo, kRandom})
-    REQUIRE(a.Allocate(0, kBucket, p).status().IsNoSpace());
+    REQUIRE(Done(a, a.Allocate(0, kBucket, p)).status().IsNoSpace());
   a.MarkGcDone();
-  auto after = a.Allocate(0, kBucket, kLru);
+  auto after = Done(a, a.Allocate(0, kBucket, kLru));
   REQUIRE(after.ok());
   REQUIRE(after->bucket == first.bucket);
   REQUIRE(int{after->gen} == BucketAllocator::kMaxGenLead + 1);
@@ -334,7 +341,7 @@ TEST_CASE("metadata churn does not wrap a generation back onto a stale data poin
       REQUIRE(m.bucket == 0);
     }
     a.FreeMetadata(m.bucket);
-    auto reused = a.Allocate(0, kBucket, kLru);  // the writer moves onto bucket 0
+    auto reused = Done(a, a.Allocate(0, kBucket, kLru));  // the writer moves onto bucket 0
     REQUIRE(reused.ok());
     REQUIRE(reused->bucket == 0);
     REQUIRE_FALSE(a.Valid(stale.cache_offset, stale.gen));
@@ -413,7 +420,7 @@ TEST_CASE("usage counts and the priority histogram stay consistent across random
         case 1:
         case 2: {
           ReplacementPolicy p = static_cast<ReplacementPolicy>(rng() % 3);
-          auto r = a.Allocate(static_cast<unsigned>(rng() % writers), 1 + rng() % kBucket, p);
+          auto r = Done(a, a.Allocate(static_cast<unsigned>(rng() % writers), 1 + rng() % kBucket, p));
           if (r.ok()) {
             REQUIRE(a.Valid(r->cache_offset, r->gen));
             REQUIRE(r->cache_offset / kBucket == r->bucket);
@@ -473,7 +480,7 @@ TEST_CASE("concurrent Allocate from 4 threads hands out non-overlapping space") 
         std::mt19937_64 rng(t);
         for (int i = 0; i < 5000; i++) {
           uint64_t len = 512 * (1 + rng() % 16);
-          auto r = a.Allocate(t, len, kLru);
+          auto r = Done(a, a.Allocate(t, len, kLru));
           if (!r.ok()) return;
           got[t].push_back(*r);
           lens[t].push_back(len);
@@ -502,7 +509,8 @@ TEST_CASE("concurrent Allocate from 4 threads hands out non-overlapping space") 
         for (int i = 0; i < 200000; i++) {
           uint64_t len = 4096 * (1 + rng() % 8);
           auto r = a.Allocate(t, len, static_cast<ReplacementPolicy>(rng() % 3));
-          if (!r.ok()) return;  // every generation used up: no wrap, so (bucket, gen) is unique
+          if (!r.ok()) return;
+          a.WriteDone(r->bucket);  // every generation used up: no wrap, so (bucket, gen) is unique
           got[t].emplace_back(r->cache_offset, len, r->gen);
         }
       });
@@ -633,7 +641,7 @@ TEST_CASE("whole-cache passes never hold the allocator for long: allocations sta
   std::vector<uint64_t> ns;
   for (int i = 0; i < 20000; i++) {
     auto t0 = std::chrono::steady_clock::now();
-    auto r = a.Allocate(1, kBucket / 4, kLru);
+    auto r = Done(a, a.Allocate(1, kBucket / 4, kLru));
     ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
                      std::chrono::steady_clock::now() - t0).count());
     REQUIRE(r.ok());
@@ -646,5 +654,24 @@ TEST_CASE("whole-cache passes never hold the allocator for long: allocations sta
        << " ns, p99 " << ns[19800] << " ns, max " << ns.back() << " ns");
   REQUIRE(ns[19800] < 1'000'000);
   REQUIRE(a.usage().reclaimed_background > 0);
+  RequireConsistent(a);
+}
+
+TEST_CASE("a bucket with a cache write in flight is never reclaimed, even closed and coldest") {
+  BucketAllocator a(Opts(4));
+  Space pending = Ok(a.Allocate(0, kBucket, kLru));  // its write has not completed
+  for (int i = 0; i < 10; i++) a.DecayPriorities();  // the coldest bucket there is
+  Fill(a);                                             // closes it: the writer moved on
+  Fill(a);
+  Fill(a);
+  // Every other bucket is taken; the next allocation must reclaim one of
+  // them, never the bucket whose write is still in flight.
+  for (int i = 0; i < 6; i++) REQUIRE(Fill(a).bucket != pending.bucket);
+  REQUIRE(a.Valid(pending.cache_offset, pending.gen));
+  a.WriteDone(pending.bucket);
+  for (int i = 0; i < 10; i++) a.DecayPriorities();
+  bool taken = false;
+  for (int i = 0; i < 4 && !taken; i++) taken = Fill(a).bucket == pending.bucket;
+  REQUIRE(taken);  // once the write is done it goes like any other
   RequireConsistent(a);
 }

@@ -344,6 +344,7 @@ struct SetRig : MemRig {
   Extent Put(uint32_t dev_no, uint64_t start) {
     auto sp = set->buckets().Allocate(0, 4096, ReplacementPolicy::kLru);
     REQUIRE(sp.ok());
+    set->buckets().WriteDone(sp->bucket);
     Extent e{dev_no, start, 4096, sp->cache_offset, sp->gen, false};
     REQUIRE(set->index().Insert(e).ok());
     return e;
@@ -413,6 +414,7 @@ TEST_CASE("cache set: a bucket reused after the table was written is never trust
   for (uint64_t i = 1; r.set->buckets().GenSnapshot()[b] == gen0; i++) {
     auto sp = r.set->buckets().Allocate(0, 512 << 10, ReplacementPolicy::kFifo);
     REQUIRE(sp.ok());
+    r.set->buckets().WriteDone(sp->bucket);
     REQUIRE(i < 1000);
   }
   CHECK_FALSE(r.Hit(first));
@@ -625,6 +627,7 @@ TEST_CASE("cache set: warm startup reads the roots and the table, not the index"
   uint32_t n = r.set->DeviceNumber(Uuid{1}, true);
   const uint64_t kExtents = 1 << 20;
   auto sp = r.set->buckets().Allocate(0, 4096, ReplacementPolicy::kLru).value();
+  r.set->buckets().WriteDone(sp.bucket);
   for (uint64_t i = 0; i < kExtents; i++) {
     // Every other block, so neighbours never merge: kExtents separate extents.
     Extent e{n, i * 8192, 4096, sp.cache_offset, sp.gen, false};
