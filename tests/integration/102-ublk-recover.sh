@@ -10,10 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 
-disk_image "$WORK/cache.img" 128M
-disk_image "$WORK/backing.img" 256M
-"$UBCACHE" format --cache "$WORK/cache.img" --backing "$WORK/backing.img" >"$WORK/format.log" 2>&1 ||
-  fail "format failed: $(cat "$WORK/format.log")"
+format_cache_backing 128M 256M  # $WORK/cache.img, $WORK/backing.img: the guest disks
 
 cat >"$WORK/guest.sh" <<'GUEST'
 . "$GUEST_LIB"
