@@ -6,18 +6,19 @@
 # A sparse cache file of CACHE_SIZE with BUCKET buckets (default 64 GiB of
 # 64 KiB: 1M buckets), a working set WS warmed into it (sequential cutoff 0),
 # then fio 4 KiB randread QD32 through NBD (fio's nbd engine) for RUNTIME
-# seconds, REPEAT times without and with bench/ctl_poller.py querying
-# priority-stats, stats and metrics RATE times a second over the control
-# socket (order swapped each repeat). Reports the IOPS ratio (with/without:
+# seconds, REPEAT times without and with ctl_poller (bench/ctl_poller.cpp,
+# built next to ubcache as build/bench/ctl_poller) querying priority-stats,
+# stats and metrics RATE times a second over the control socket (order
+# swapped each repeat). Reports the IOPS ratio (with/without:
 # the ratio of the sums and the median of the per-repeat ratios; target
 # >= 0.99), the poller's query latency as the client sees it (p50, p99,
 # max: includes its own scheduling on a loaded machine) and as the daemon
 # measures it (request received to reply queued: wall p99 and max, and the
-# control thread's CPU time; target: every query < 5 ms). Prints one JSON
+# control thread's CPU time per request; target: every query < 5 ms). Prints one JSON
 # object on stdout.
 #
 # Options are environment variables: CACHE_SIZE BUCKET WS RUNTIME REPEAT
-# RATE DIR UBCACHE, POLL_COMMANDS (default priority-stats,stats,metrics) and
+# RATE DIR UBCACHE POLLER, POLL_COMMANDS (default priority-stats,stats,metrics) and
 # POLL_ARGS (e.g. --connect-each: a new connection per query, as ctl does). Benchmarks are not tests: exit status is non-zero only
 # when a tool fails.
 set -euo pipefail
@@ -31,9 +32,11 @@ REPEAT=${REPEAT:-2}
 RATE=${RATE:-100}
 POLL_ARGS=${POLL_ARGS:-}
 UBCACHE=${UBCACHE:-$repo/build/ubcache}
+POLLER=${POLLER:-$(dirname "$UBCACHE")/bench/ctl_poller}
 DIR=${DIR:-/var/tmp/ubcache-ctl-stall}
 
 [[ -x $UBCACHE ]] || { echo "ctl_stall: $UBCACHE is not built" >&2; exit 2; }
+[[ -x $POLLER ]] || { echo "ctl_stall: $POLLER is not built (cmake --build build --target ctl_poller)" >&2; exit 2; }
 rm -rf "$DIR"
 mkdir -p "$DIR"
 SERVER=""
@@ -63,7 +66,7 @@ sleep 1
 run() {
   local tag=$1 poll=$2 ppid=""
   if [[ $poll == 1 ]]; then
-    python3 "$here/ctl_poller.py" "$CTL" --rate "$RATE" ${POLL_COMMANDS:+--commands "$POLL_COMMANDS"} $POLL_ARGS >"$DIR/poll.$tag.json" &
+    "$POLLER" "$CTL" --rate "$RATE" ${POLL_COMMANDS:+--commands "$POLL_COMMANDS"} $POLL_ARGS >"$DIR/poll.$tag.json" &
     ppid=$!
   fi
   fio --name=rr --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size="$WS" \
@@ -88,7 +91,7 @@ timing=$(grep -o 'control: .* requests answered.*' "$DIR/server.log" | tail -1)
 python3 - "$DIR" "$nbuckets" "$hits" "${without[*]}" "${with[*]}" "$timing" <<'PY'
 import glob, json, re, statistics, sys
 d, nbuckets, hits, wo, wi, timing = sys.argv[1:]
-m = re.search(r"(\d+) requests answered in wall p50 <= (\d+) us, p99 <= (\d+) us, max (\d+) us; cpu max (\d+) us", timing)
+m = re.search(r"(\d+) requests answered in wall p50 <= (\d+) us, p99 <= (\d+) us, max (\d+) us; thread cpu (\d+) us \((\d+) us per request\)", timing)
 if not m:
     sys.exit(f"no control timing line in the server log: {timing!r}")
 wo = [float(x) for x in wo.split()]
@@ -104,7 +107,7 @@ out = {
     "query_p50_ms": max(p["p50_ms"] for p in polls), "query_p99_ms": max(p["p99_ms"] for p in polls),
     "query_max_ms": max(p["max_ms"] for p in polls),
     "server_requests": int(m[1]), "server_wall_p99_us": int(m[3]), "server_wall_max_us": int(m[4]),
-    "server_cpu_max_us": int(m[5]),
+    "server_cpu_per_request_us": int(m[6]),
 }
 print(json.dumps(out))
 PY

@@ -1,4 +1,5 @@
 #include "cache/bucket_allocator.h"
+#include "util/thread.h"
 
 #include <algorithm>
 #include <string>
@@ -170,7 +171,10 @@ void BucketAllocator::WantRefill() {
 
 void BucketAllocator::StartRefill(std::function<ReplacementPolicy()> policy) {
   if (refill_.joinable()) return;
-  refill_ = std::thread([this, policy = std::move(policy)] { RefillLoop(policy); });
+  refill_ = std::thread([this, policy = std::move(policy)] {
+    SetThreadName("ub-refill");
+    RefillLoop(policy);
+  });
 }
 
 void BucketAllocator::RefillLoop(std::function<ReplacementPolicy()> policy) {

@@ -12,6 +12,7 @@
 #include "util/endian.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/thread.h"
 
 namespace ubcache {
 namespace {
@@ -71,6 +72,7 @@ Result<std::unique_ptr<BucketNodeStore>> BucketNodeStore::Create(BlockDevice* de
   std::promise<Result<Reactor*>> made;
   auto f = made.get_future();
   s->io_thread_ = std::thread([&made, self = s.get()] {
+    SetThreadName("ub-nodeio");
     auto r = Reactor::Create(64);
     if (!r.ok()) {
       made.set_value(r.status());

@@ -10,6 +10,7 @@
 #include "util/hash.h"
 #include "util/log.h"
 #include "util/size.h"
+#include "util/thread.h"
 
 namespace ubcache {
 
@@ -235,7 +236,10 @@ uint32_t CacheSet::DeviceNumber(const Uuid& uuid, bool was_attached) {
 
 void CacheSet::StartThreads() {
   buckets_->StartRefill([this] { return knobs_.replacement.load(std::memory_order_relaxed); });
-  hk_ = std::thread([this] { Housekeeping(); });
+  hk_ = std::thread([this] {
+    SetThreadName("ub-housekeep");
+    Housekeeping();
+  });
 }
 
 void CacheSet::StopHousekeeping() {

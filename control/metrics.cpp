@@ -1,7 +1,7 @@
 #include "control/metrics.h"
 
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <memory>
 
@@ -9,8 +9,7 @@ namespace ubcache::control {
 
 namespace {
 
-std::string EscapeLabel(const std::string& v) {
-  std::string out;
+void AppendEscaped(std::string& out, const std::string& v) {
   for (char c : v) {
     if (c == '\\' || c == '"') {
       out += '\\';
@@ -21,80 +20,115 @@ std::string EscapeLabel(const std::string& v) {
       out += c;
     }
   }
-  return out;
 }
 
-std::string Number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+// A sample value as Prometheus reads it: integers exactly, other values
+// in the shortest form that reads back as the same double.
+void AppendNumber(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "NaN";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v > 0 ? "+Inf" : "-Inf";
+    return;
+  }
   char buf[40];
-  if (v == std::floor(v) && std::fabs(v) < 9e15)
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  std::to_chars_result r = std::fabs(v) < 9e15 && v == std::floor(v)
+                               ? std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(v))
+                               : std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
 }
 
+// The metric families in the order the attribute table first names them,
+// each with its HELP/TYPE header and its attributes. Built once: the table
+// is immutable.
 struct Family {
-  std::string help;
-  MetricType type;
-  std::string samples;
+  std::string name;  // ubcache_<metric>
+  std::string header;
+  std::vector<const Attribute*> attributes;
 };
 
-class Exposition {
- public:
-  void Add(const Attribute& a, const Target* t, Reading& r) {
-    std::string name = "ubcache_" + a.metric;
-    auto [it, fresh] = families_.try_emplace(name);
-    if (fresh) {
-      order_.push_back(name);
-      it->second.help = a.help;
-      it->second.type = a.type;
-    }
-    std::string labels;
-    auto label = [&](const std::string& k, const std::string& v) {
-      labels += (labels.empty() ? "" : ",") + k + "=\"" + EscapeLabel(v) + "\"";
-    };
-    if (t) label("device", t->name);
-    if (!a.labels.empty()) labels += (labels.empty() ? "" : ",") + a.labels;
-    Value v = a.get(r);
-    std::string& out = it->second.samples;
-    auto sample = [&](const std::string& extra, double x) {
-      std::string l = labels;
-      if (!extra.empty()) l += (l.empty() ? "" : ",") + extra;
-      out += name + (l.empty() ? "" : "{" + l + "}") + " " + Number(x * a.scale) + "\n";
-    };
-    switch (v.kind) {
-      case Value::Kind::kInt: sample("", static_cast<double>(v.i)); break;
-      case Value::Kind::kReal: sample("", v.r); break;
-      case Value::Kind::kText:
-        for (const std::string& c : a.choices)
-          sample(a.enum_label + "=\"" + EscapeLabel(c) + "\"", c == v.text ? 1 : 0);
-        break;
-      case Value::Kind::kList:
-        for (size_t i = 0; i < v.list.size(); i++)
-          sample("quantile=\"" + Number(static_cast<double>(i + 1) / static_cast<double>(v.list.size() + 1)) +
-                     "\"",
-                 v.list[i]);
-        break;
-    }
-  }
-
-  std::string Render() const {
-    std::string out;
-    for (const std::string& name : order_) {
-      const Family& f = families_.at(name);
-      out += "# HELP " + name + " " + f.help + "\n";
-      out += "# TYPE " + name + (f.type == MetricType::kCounter ? " counter\n" : " gauge\n");
-      out += f.samples;
+const std::vector<Family>& Families() {
+  static const std::vector<Family> families = [] {
+    std::vector<Family> out;
+    std::map<std::string, size_t> index;
+    for (const Attribute& a : Attributes()) {
+      if (a.type == MetricType::kNone || a.metric.empty()) continue;
+      std::string name = "ubcache_" + a.metric;
+      auto [it, fresh] = index.try_emplace(name, out.size());
+      if (fresh) {
+        out.push_back({name,
+                       "# HELP " + name + " " + a.help + "\n# TYPE " + name +
+                           (a.type == MetricType::kCounter ? " counter\n" : " gauge\n"),
+                       {}});
+      }
+      out[it->second].attributes.push_back(&a);
     }
     return out;
-  }
+  }();
+  return families;
+}
 
- private:
-  std::vector<std::string> order_;
-  std::map<std::string, Family> families_;
-};
+// Appends `name{labels} value` lines for one attribute of one target (or of
+// the set, `t` null): name{device="…",<attribute labels>,<extra>} value,
+// where `extra` is the enum choice or quantile label of text and list values.
+void AppendSamples(std::string& out, const Family& f, const Attribute& a, const Target* t, Reading& r) {
+  const Value v = a.get(r);
+  size_t open = 0;
+  auto begin = [&] {  // name{device="…",labels — then the caller's extra label, then end()
+    out += f.name;
+    out += '{';
+    open = out.size();
+    if (t) {
+      out += "device=\"";
+      AppendEscaped(out, t->name);
+      out += '"';
+    }
+    if (!a.labels.empty()) {
+      if (out.size() > open) out += ',';
+      out += a.labels;
+    }
+  };
+  auto extra = [&](const std::string& name) {
+    if (out.size() > open) out += ',';
+    out += name;
+    out += "=\"";
+  };
+  auto end = [&](double x) {
+    if (out.size() == open)
+      out.back() = ' ';  // no labels: no braces
+    else
+      out += "} ";
+    AppendNumber(out, x * a.scale);
+    out += '\n';
+  };
+  switch (v.kind) {
+    case Value::Kind::kInt:
+    case Value::Kind::kReal:
+      begin();
+      end(v.kind == Value::Kind::kInt ? static_cast<double>(v.i) : v.r);
+      break;
+    case Value::Kind::kText:
+      for (const std::string& c : a.choices) {
+        begin();
+        extra(a.enum_label);
+        AppendEscaped(out, c);
+        out += '"';
+        end(c == v.text ? 1 : 0);
+      }
+      break;
+    case Value::Kind::kList:
+      for (size_t i = 0; i < v.list.size(); i++) {
+        begin();
+        extra("quantile");
+        AppendNumber(out, static_cast<double>(i + 1) / static_cast<double>(v.list.size() + 1));
+        out += '"';
+        end(v.list[i]);
+      }
+      break;
+  }
+}
 
 }  // namespace
 
@@ -102,16 +136,19 @@ std::string RenderMetrics(const std::vector<Target>& targets) {
   if (targets.empty()) return "";
   std::vector<std::unique_ptr<Reading>> readings;
   for (const Target& t : targets) readings.push_back(std::make_unique<Reading>(t));
-  Exposition e;
-  for (const Attribute& a : Attributes()) {
-    if (a.type == MetricType::kNone || a.metric.empty()) continue;
-    if (PerDevice(a.group)) {
-      for (size_t i = 0; i < targets.size(); i++) e.Add(a, &targets[i], *readings[i]);
-    } else {
-      e.Add(a, nullptr, *readings[0]);  // the set's, once
+  std::string out;
+  out.reserve(16384 * targets.size());
+  for (const Family& f : Families()) {
+    out += f.header;
+    for (const Attribute* a : f.attributes) {
+      if (PerDevice(a->group)) {
+        for (size_t i = 0; i < targets.size(); i++) AppendSamples(out, f, *a, &targets[i], *readings[i]);
+      } else {
+        AppendSamples(out, f, *a, nullptr, *readings[0]);  // the set's, once
+      }
     }
   }
-  return e.Render();
+  return out;
 }
 
 }  // namespace ubcache::control

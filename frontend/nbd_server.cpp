@@ -21,6 +21,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/size.h"
+#include "util/thread.h"
 
 namespace ubcache {
 
@@ -153,7 +154,8 @@ Status NbdServer::Start() {
   for (unsigned i = 0; i < n; i++) {
     auto made = std::make_shared<std::promise<Result<Reactor*>>>();
     auto f = made->get_future();
-    threads_.emplace_back([made] {
+    threads_.emplace_back([made, i] {
+      SetThreadName("ub-reactor" + std::to_string(i));
       auto r = Reactor::Create();
       if (!r.ok()) {
         made->set_value(r.status());

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "util/thread.h"
 
 namespace ubcache {
 
@@ -30,6 +31,7 @@ void UblkQueue::Stop() {
 }
 
 void UblkQueue::ThreadMain(std::promise<Status>* started) {
+  SetThreadName("ub-ublkq" + std::to_string(cfg_.q_id));
   // Room for every tag's command plus the backend I/O it fans out into; the
   // ring submits early when the SQ fills, so this is not a hard limit.
   auto made = Reactor::Create(std::max(256u, 2u * cfg_.depth));
