@@ -1,8 +1,12 @@
 // ubcache serve: a device (and, with the cache core, a cache in front of
 // it) served over NBD until SIGTERM.
 #include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -191,6 +195,15 @@ int ServeMain(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // A block-device daemon must not wait for its own pages: under memory
+  // pressure the kernel may evict the daemon's code or data, and faulting
+  // them back in can take milliseconds on a busy disk — or never finish
+  // when the paging goes through the device this daemon serves. Pages stay
+  // resident once touched (ONFAULT: a sparse mem: device is not filled).
+  // Only as root: elsewhere RLIMIT_MEMLOCK would make later allocations fail.
+  if (geteuid() == 0 && mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0)
+    UB_WARN("mlockall: {}; the daemon's pages may be evicted under memory pressure", strerror(errno));
 
   auto reactor = Reactor::Create();
   if (!reactor.ok()) Die(1, reactor.status().ToString());
