@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -36,9 +37,33 @@ void PrintHelp(FILE* out) {
   std::fprintf(out,
                "\nGlobal options:\n"
                "  --log-level LEVEL  trace, debug, info, warn, error, off (default: info)\n"
-               "  -v                 same as --log-level debug\n"
+               "  -v                 same as --log-level debug (both also after COMMAND)\n"
                "  --version          print the version\n"
                "  -h, --help         this help; 'ubcache COMMAND --help' for a command\n");
+}
+
+
+// -v / --log-level LEVEL / --log-level=LEVEL at argv[*i]: applies it, moves
+// *i past it and returns true.
+bool LogOption(int argc, char** argv, int* i) {
+  std::string a = argv[*i];
+  if (a == "-v") {
+    (void)ubcache::SetLogLevel("debug");
+  } else if (a == "--log-level" || a.rfind("--log-level=", 0) == 0) {
+    std::string level;
+    if (a == "--log-level") {
+      if (*i + 1 >= argc) ubcache::Die(2, "--log-level needs a value");
+      level = argv[++*i];
+    } else {
+      level = a.substr(12);
+    }
+    ubcache::Status st = ubcache::SetLogLevel(level);
+    if (!st.ok()) ubcache::Die(2, st.message());
+  } else {
+    return false;
+  }
+  ++*i;
+  return true;
 }
 
 }  // namespace
@@ -46,7 +71,7 @@ void PrintHelp(FILE* out) {
 int main(int argc, char** argv) {
   ubcache::InitLogging();
   int i = 1;
-  for (; i < argc && argv[i][0] == '-'; i++) {
+  while (i < argc && argv[i][0] == '-') {
     std::string a = argv[i];
     if (a == "--version") {
       std::printf("ubcache %s\n", UBCACHE_VERSION);
@@ -54,19 +79,7 @@ int main(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       PrintHelp(stdout);
       return 0;
-    } else if (a == "-v") {
-      (void)ubcache::SetLogLevel("debug");
-    } else if (a == "--log-level" || a.rfind("--log-level=", 0) == 0) {
-      std::string level;
-      if (a == "--log-level") {
-        if (i + 1 >= argc) ubcache::Die(2, "--log-level needs a value");
-        level = argv[++i];
-      } else {
-        level = a.substr(12);
-      }
-      ubcache::Status st = ubcache::SetLogLevel(level);
-      if (!st.ok()) ubcache::Die(2, st.message());
-    } else {
+    } else if (!LogOption(argc, argv, &i)) {
       std::fprintf(stderr, "ubcache: unknown option '%s'\n\n", argv[i]);
       PrintHelp(stderr);
       return 2;
@@ -76,8 +89,14 @@ int main(int argc, char** argv) {
     PrintHelp(stderr);
     return 2;
   }
+  // The log options are global but also taken after the command
+  // ('ubcache serve ... -v'); the command never sees them.
+  std::vector<char*> args{argv[i]};
+  for (int j = i + 1; j < argc;)
+    if (!LogOption(argc, argv, &j)) args.push_back(argv[j++]);
+  args.push_back(nullptr);
   for (const auto& c : kCommands) {
-    if (std::strcmp(argv[i], c.name) == 0) return c.run(argc - i, argv + i);
+    if (std::strcmp(argv[i], c.name) == 0) return c.run(static_cast<int>(args.size() - 1), args.data());
   }
   std::fprintf(stderr, "ubcache: unknown command '%s' (see 'ubcache --help')\n", argv[i]);
   return 2;
