@@ -65,12 +65,24 @@ struct ControlServer::Conn {
   int fd = -1;
   bool http = false;
   bool closing = false;  // close once `out` is written
+  bool waiting = false;  // a long command runs on the worker; later lines wait
   LineReader lines;
   std::string head;  // http
   std::string out;
   ~Conn() {
     if (fd >= 0) close(fd);
   }
+};
+
+// A long command handed to the worker. `frames` and `finished` are the
+// worker's output, guarded by work_mu_; the rest is the poll thread's.
+struct ControlServer::Job {
+  std::shared_ptr<Conn> conn;
+  Request request;
+  std::string what;
+  uint64_t wall0 = 0;
+  std::string frames;
+  bool finished = false;
 };
 
 ControlServer::ControlServer(ControlServerOptions o, std::vector<Target> targets)
@@ -80,7 +92,8 @@ ControlServer::~ControlServer() { Stop(); }
 
 Status ControlServer::Start() {
   stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stop_fd_ < 0) return Errno("control: eventfd");
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0 || wake_fd_ < 0) return Errno("control: eventfd");
   if (!o_.socket_path.empty()) {
     const std::string& path = o_.socket_path;
     if (path.size() >= sizeof(sockaddr_un::sun_path))
@@ -154,6 +167,7 @@ http:
     http_fd_ = fd;
     UB_INFO("metrics: http://{}:{}/metrics", host, metrics_port_);
   }
+  worker_ = std::thread([this] { WorkerLoop(); });
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
 }
@@ -183,11 +197,21 @@ void ControlServer::Stop() {
     thread_.join();
     if (timing_.requests)
       UB_INFO("control: {} requests answered in wall p50 <= {} us, p99 <= {} us, max {} us; thread cpu {} us "
-              "({} us per request)",
+              "({} us per request); {} long commands on the worker",
               timing_.requests, timing_.WallPercentileNs(0.5) / 1000, timing_.WallPercentileNs(0.99) / 1000,
               timing_.max_wall_ns / 1000, timing_.thread_cpu_ns / 1000,
-              timing_.thread_cpu_ns / 1000 / timing_.requests);
+              timing_.thread_cpu_ns / 1000 / timing_.requests, timing_.long_commands);
   }
+  if (worker_.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(work_mu_);
+      work_stop_ = true;  // after the command it runs, if any; queued ones are dropped
+    }
+    work_cv_.notify_all();
+    worker_.join();
+  }
+  jobs_.clear();
+  queue_.clear();
   conns_.clear();
   if (unix_fd_ >= 0) {
     close(unix_fd_);
@@ -198,9 +222,9 @@ void ControlServer::Stop() {
     close(http_fd_);
     http_fd_ = -1;
   }
-  if (stop_fd_ >= 0) {
-    close(stop_fd_);
-    stop_fd_ = -1;
+  for (int* fd : {&stop_fd_, &wake_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
   }
 }
 
@@ -208,7 +232,7 @@ void ControlServer::Accept(int lfd, bool http) {
   for (;;) {
     int fd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a connection that went away
-    auto c = std::make_unique<Conn>();
+    auto c = std::make_shared<Conn>();
     c->fd = fd;
     c->http = http;
     if (conns_.size() >= kMaxConns) continue;  // closed by ~Conn: too many clients
@@ -229,24 +253,106 @@ void ControlServer::Accept(int lfd, bool http) {
   }
 }
 
-void ControlServer::HandleLine(Conn& c, const std::string& line) {
-  struct Timed {
-    ControlServer* s;
-    uint64_t w;
-    const std::string& line;
-    ~Timed() { s->Record(w, line); }
-  } timed{this, NowNanos(), line};
+void ControlServer::HandleLine(const std::shared_ptr<Conn>& c, const std::string& line) {
+  const uint64_t wall0 = NowNanos();
   Result<Request> req = ParseRequest(line);
-  if (!req.ok()) {
-    c.out += EncodeFrame(FrameKind::kError, req.status().message());
+  if (req.ok() && Controller::RunsLong(*req)) {
+    auto job = std::make_shared<Job>();
+    job->conn = c;
+    job->request = std::move(*req);
+    job->what = line;
+    job->wall0 = wall0;
+    c->waiting = true;
+    jobs_.push_back(job);
+    {
+      std::lock_guard<std::mutex> l(work_mu_);
+      queue_.push_back(std::move(job));
+    }
+    work_cv_.notify_one();
     return;
   }
-  Result<std::string> body = controller_.Execute(
-      *req, [&c](const std::string& p) { c.out += EncodeFrame(FrameKind::kProgress, p); });
-  if (body.ok())
-    c.out += EncodeFrame(FrameKind::kOk, *body);
+  if (!req.ok()) {
+    c->out += EncodeFrame(FrameKind::kError, req.status().message());
+  } else {
+    Result<std::string> body = controller_.Execute(*req, [](const std::string&) {});
+    c->out += body.ok() ? EncodeFrame(FrameKind::kOk, *body) : EncodeFrame(FrameKind::kError, body.status().message());
+  }
+  Record(wall0, line);
+}
+
+void ControlServer::WorkerLoop() {
+  SetThreadName("ub-control-io");
+  auto reactor = Reactor::Create(64);
+  if (reactor.ok()) (*reactor)->Bind();  // for superblock writes and flush
   else
-    c.out += EncodeFrame(FrameKind::kError, body.status().message());
+    UB_WARN("control: no reactor ({}); commands that do I/O will fail", reactor.status().ToString());
+  auto wake = [this] {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof one);
+    (void)n;
+  };
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> l(work_mu_);
+      work_cv_.wait(l, [this] { return work_stop_ || !queue_.empty(); });
+      if (work_stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Result<std::string> body = controller_.Execute(job->request, [&](const std::string& p) {
+      {
+        std::lock_guard<std::mutex> l(work_mu_);
+        job->frames += EncodeFrame(FrameKind::kProgress, p);
+      }
+      wake();
+    });
+    {
+      std::lock_guard<std::mutex> l(work_mu_);
+      job->frames += body.ok() ? EncodeFrame(FrameKind::kOk, *body) : EncodeFrame(FrameKind::kError, body.status().message());
+      job->finished = true;
+    }
+    wake();
+  }
+}
+
+void ControlServer::CollectJobs() {
+  uint64_t n;
+  while (read(wake_fd_, &n, sizeof n) > 0) {
+  }
+  std::vector<std::shared_ptr<Conn>> resume;
+  {
+    std::lock_guard<std::mutex> l(work_mu_);
+    for (size_t i = 0; i < jobs_.size();) {
+      Job& j = *jobs_[i];
+      j.conn->out += j.frames;
+      j.frames.clear();
+      if (!j.finished) {
+        i++;
+        continue;
+      }
+      UB_DEBUG("control: '{}' took {} us on the worker", j.what, (NowNanos() - j.wall0) / 1000);
+      timing_.long_commands++;
+      j.conn->waiting = false;
+      resume.push_back(j.conn);
+      jobs_.erase(jobs_.begin() + static_cast<long>(i));
+    }
+  }
+  for (auto& c : resume) RunLines(c);
+}
+
+void ControlServer::RunLines(const std::shared_ptr<Conn>& c) {
+  std::string line;
+  while (!c->waiting) {
+    LineReader::Next next = c->lines.Pop(&line);
+    if (next == LineReader::Next::kNeedMore) return;
+    if (next == LineReader::Next::kTooLong) {
+      c->out += EncodeFrame(FrameKind::kError, "request longer than " + std::to_string(kMaxRequestBytes) + " bytes");
+      c->closing = true;
+      return;
+    }
+    HandleLine(c, line);
+  }
 }
 
 void ControlServer::HandleHttp(Conn& c) {
@@ -276,7 +382,8 @@ void ControlServer::HandleHttp(Conn& c) {
   Record(wall0, "http " + req.target);
 }
 
-void ControlServer::OnReadable(Conn& c) {
+void ControlServer::OnReadable(const std::shared_ptr<Conn>& cp) {
+  Conn& c = *cp;
   char buf[4096];
   for (;;) {
     ssize_t n = read(c.fd, buf, sizeof buf);
@@ -299,18 +406,11 @@ void ControlServer::OnReadable(Conn& c) {
       continue;
     }
     c.lines.Feed(buf, static_cast<size_t>(n));
-    std::string line;
-    for (;;) {
-      LineReader::Next next = c.lines.Pop(&line);
-      if (next == LineReader::Next::kNeedMore) break;
-      if (next == LineReader::Next::kTooLong) {
-        c.out += EncodeFrame(FrameKind::kError, "request longer than " + std::to_string(kMaxRequestBytes) + " bytes");
-        c.closing = true;
-        return;
-      }
-      HandleLine(c, line);
-    }
-    if (c.out.size() > kMaxOutBytes) {  // a client that sends but never reads
+    RunLines(cp);
+    if (c.closing) return;
+    if (c.out.size() > kMaxOutBytes || c.lines.buffered() > kMaxOutBytes) {
+      // A client that sends but never reads, or piles up requests behind a
+      // long command.
       c.out.clear();
       c.closing = true;
       return;
@@ -326,12 +426,11 @@ bool ControlServer::Flush(Conn& c) {
     ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) return true;
-      return false;
+      return errno == EAGAIN;
     }
     c.out.erase(0, static_cast<size_t>(n));
   }
-  return !c.closing;
+  return true;
 }
 
 void ControlServer::Loop() {
@@ -340,17 +439,21 @@ void ControlServer::Loop() {
   // thread answers when it wakes instead of queueing behind the I/O
   // threads' slices on a saturated machine.
   if (!RequestShortSlice(200'000)) UB_DEBUG("control: the kernel refused a short scheduler slice");
-  auto reactor = Reactor::Create(64);
-  if (reactor.ok()) (*reactor)->Bind();  // for superblock writes and flush
-  else
-    UB_WARN("control: no reactor ({}); commands that do I/O will fail", reactor.status().ToString());
   std::vector<pollfd> fds;
+  constexpr size_t kFixed = 4;  // stop, wake, unix listener, http listener
   for (;;) {
     fds.clear();
     fds.push_back({stop_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_, POLLIN, 0});
     fds.push_back({unix_fd_, POLLIN, 0});  // poll ignores negative fds
     fds.push_back({http_fd_, POLLIN, 0});
-    for (auto& c : conns_) fds.push_back({c->fd, static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    for (auto& c : conns_) {
+      // A connection waiting for a long command is not read meanwhile, nor
+      // polled at all when it has nothing to send (a hangup would wake
+      // poll at once, again and again).
+      short ev = (c->closing || c->waiting ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT);
+      fds.push_back({ev ? c->fd : -1, ev, 0});
+    }
     if (poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
       UB_ERROR("control: poll: {}", strerror(errno));
@@ -360,19 +463,19 @@ void ControlServer::Loop() {
       timing_.thread_cpu_ns = ThreadCpuNanos();
       return;
     }
+    if (fds[1].revents & POLLIN) CollectJobs();
     size_t n = conns_.size();  // Accept appends; new ones are polled next turn
     std::vector<bool> done(n, false);
     for (size_t i = 0; i < n; i++) {
-      Conn& c = *conns_[i];
-      short re = fds[3 + i].revents;
-      if (re & (POLLIN | POLLHUP | POLLERR)) OnReadable(c);
-      done[i] = !Flush(c) || (re & POLLERR);
-      if (c.closing && c.out.empty()) done[i] = true;
+      const std::shared_ptr<Conn>& c = conns_[i];
+      short re = fds[kFixed + i].revents;
+      if (!c->waiting && (re & (POLLIN | POLLHUP | POLLERR))) OnReadable(c);
+      done[i] = !Flush(*c) || (re & POLLERR) || (c->closing && c->out.empty() && !c->waiting);
     }
     for (size_t i = n; i-- > 0;)
       if (done[i]) conns_.erase(conns_.begin() + static_cast<long>(i));
-    if (fds[1].revents & POLLIN) Accept(unix_fd_, false);
-    if (fds[2].revents & POLLIN) Accept(http_fd_, true);
+    if (fds[2].revents & POLLIN) Accept(unix_fd_, false);
+    if (fds[3].revents & POLLIN) Accept(http_fd_, true);
   }
 }
 

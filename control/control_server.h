@@ -6,14 +6,22 @@
 // of their own, in a poll() loop with non-blocking sockets: a slow or
 // malicious client can stall neither the I/O threads nor other clients for
 // longer than one request takes to run, and requests read only lock-free
-// state (attributes.h). The thread owns a Reactor for the few commands that
-// do synchronous I/O (superblock writes, flush).
+// state (attributes.h). Commands that change state or may take long (set,
+// flush, detach, attach, trigger-gc: Controller::RunsLong) run on a second
+// thread, one at a time, with its own Reactor for their synchronous I/O
+// (superblock writes, flush); their progress and reply frames reach the
+// connection through the poll loop, and that connection's later requests
+// wait for them, so replies stay in request order while other clients'
+// statistics reads are answered meanwhile.
 //
 // Thread safety: Start/Stop from the thread that owns the server.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,7 +61,8 @@ class ControlServer {
   // system calls a request). Logged by Stop(); read after Stop() (or from
   // the control thread).
   struct Timing {
-    uint64_t requests = 0;
+    uint64_t requests = 0;  // answered on the poll thread
+    uint64_t long_commands = 0;
     uint64_t max_wall_ns = 0, thread_cpu_ns = 0;
     uint64_t wall_log2[64] = {};  // requests by floor(log2(wall ns))
     uint64_t WallPercentileNs(double p) const;
@@ -62,12 +71,18 @@ class ControlServer {
 
  private:
   struct Conn;
+  struct Job;
   void Loop();
+  void WorkerLoop();
   void Accept(int lfd, bool http);
-  void OnReadable(Conn& c);
-  void HandleLine(Conn& c, const std::string& line);
+  void OnReadable(const std::shared_ptr<Conn>& c);
+  // Runs the connection's buffered requests until one goes to the worker.
+  void RunLines(const std::shared_ptr<Conn>& c);
+  void HandleLine(const std::shared_ptr<Conn>& c, const std::string& line);
+  // Moves the worker's frames to their connections; resumes finished ones.
+  void CollectJobs();
   void HandleHttp(Conn& c);
-  bool Flush(Conn& c);  // false: the connection is done or broken
+  bool Flush(Conn& c);  // false: the connection is broken
   // Logs requests slower than 5 ms (`what` names them).
   void Record(uint64_t wall0, const std::string& what);
 
@@ -78,9 +93,17 @@ class ControlServer {
   int http_fd_ = -1;
   int metrics_port_ = 0;
   int stop_fd_ = -1;
-  std::vector<std::unique_ptr<Conn>> conns_;  // control thread only
+  int wake_fd_ = -1;                          // the worker's frames are ready
+  std::vector<std::shared_ptr<Conn>> conns_;  // control thread only
+  std::vector<std::shared_ptr<Job>> jobs_;    // control thread only: given to the worker, not yet collected
   Timing timing_;                             // control thread only
   std::thread thread_;
+  // The worker's queue.
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::deque<std::shared_ptr<Job>> queue_;  // guarded by work_mu_
+  bool work_stop_ = false;                  // guarded by work_mu_
+  std::thread worker_;
 };
 
 }  // namespace ubcache::control

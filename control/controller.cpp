@@ -136,6 +136,11 @@ Result<std::string> Controller::Attach(const Target& t, const std::string& cache
   return t.name + " attached to " + cache_dev->spec() + "; " + sb_note;
 }
 
+bool Controller::RunsLong(const Request& r) {
+  return r.command == "set" || r.command == "flush" || r.command == "detach" || r.command == "attach" ||
+         r.command == "trigger-gc";
+}
+
 Result<std::string> Controller::Execute(const Request& r, const Progress& progress) {
   if (r.command == "metrics") return Metrics();
   UB_ASSIGN_OR_RETURN(const Target* tp, Find(r.device));

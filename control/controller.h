@@ -3,9 +3,12 @@
 // writeback-rate-debug, clear-stats, trigger-gc, flush, detach, attach and
 // metrics. Transport-free, so unit tests call Execute() directly.
 //
-// Thread safety: one thread at a time (the control server's). Commands that
-// do I/O (superblock writes, flush, GC) run synchronously on the calling
-// thread's Reactor, which must not be one that serves clients.
+// Thread safety: commands that only read (show, get, stats, metrics, ...)
+// may run on any thread, alongside one thread running the commands that
+// change state or take long (RunsLong: set, flush, detach, attach,
+// trigger-gc). Those do their I/O (superblock writes, flush, GC)
+// synchronously on the calling thread's Reactor, which must not be one
+// that serves clients.
 #pragma once
 
 #include <functional>
@@ -25,6 +28,10 @@ class Controller {
   // progress lines of long commands (flush, detach).
   using Progress = std::function<void(const std::string&)>;
   Result<std::string> Execute(const Request& r, const Progress& progress);
+  // Commands that change state or may take long: the control server runs
+  // them on its worker thread, one at a time, so that they never delay a
+  // statistics read.
+  static bool RunsLong(const Request& r);
   std::string Metrics() const;
   const std::vector<Target>& targets() const { return targets_; }
 

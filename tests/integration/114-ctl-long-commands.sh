@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# 114-ctl-long-commands — commands that take long never delay other clients'
+# statistics reads, and one connection's replies stay in request order.
+# The backing device answers every I/O after 400 ms (fault latency), so
+# `ctl flush` (a flush of the backing device) and `ctl set cache_mode`
+# (a backing superblock write) each take at least that long:
+#  - while a flush runs, `ctl get` / `ctl stats` / `ctl metrics` from other
+#    connections answer at once (each < 200 ms), and the flush is still
+#    running when they are done;
+#  - pipelined on one connection, `set sequential_cutoff 1M` (run by the
+#    worker) then `get sequential_cutoff` (a read) are answered in order,
+#    the get seeing the new value; a `set cache_mode` pipelined before a
+#    `get cache_mode` likewise;
+#  - a client that sends `flush` and hangs up at once costs nothing: the
+#    control thread does not spin while the flush runs, and the daemon
+#    answers the next client.
+source "$(dirname "$0")/lib.sh"
+
+CACHE=$WORK/cache.img
+BACKING=$WORK/backing.img
+truncate -s 256M "$CACHE"
+truncate -s 64M "$BACKING"
+"$UBCACHE" format --cache "$CACHE" --backing "$BACKING" --label disk >/dev/null 2>&1 || fail "format"
+start_server --cache "$CACHE" --backing "fault,latency_us=400000:$BACKING" --nbd "unix:$SOCK" \
+  --control "$CTL_SOCK"
+
+SIZE=$(ctl get size) || fail "ctl get size"
+
+# ---- reads are answered while a flush runs ----
+t0=$(date +%s%N)
+ctl flush >"$WORK/flush.out" 2>&1 &
+FLUSH=$!
+sleep 0.05
+for cmd in "get size" "stats" "metrics" "priority-stats" "get sequential_cutoff"; do
+  s=$(date +%s%N)
+  # shellcheck disable=SC2086
+  ctl $cmd >/dev/null || fail "ctl $cmd failed while a flush ran"
+  ms=$((($(date +%s%N) - s) / 1000000))
+  log "ctl $cmd: $ms ms during the flush"
+  ((ms < 200)) || fail "ctl $cmd took $ms ms while a flush ran (a long command must not delay reads)"
+done
+kill -0 $FLUSH 2>/dev/null || fail "the flush ended before the reads did: it did not overlap them (backing latency not applied?)"
+wait $FLUSH || fail "ctl flush failed: $(cat "$WORK/flush.out")"
+flush_ms=$((($(date +%s%N) - t0) / 1000000))
+log "flush took $flush_ms ms: $(tail -n 1 "$WORK/flush.out")"
+((flush_ms >= 400)) || fail "the flush took $flush_ms ms, less than one backing I/O (400 ms)"
+
+# ---- one connection: replies in request order ----
+python3 - "$CTL_SOCK" <<'EOF' || fail "pipelined requests on one connection"
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+reqs = ["set sequential_cutoff 1M", "get sequential_cutoff", "set cache_mode writearound", "get cache_mode",
+        "set sequential_cutoff 4M", "get sequential_cutoff"]
+s.sendall(b"".join(f"ubcache-ctl/1 {r}\n".encode() for r in reqs))
+buf, frames = b"", []
+while len(frames) < len(reqs):
+    nl = buf.find(b"\n")
+    if nl >= 0:
+        kind, n = buf[:nl].split(b" ")
+        end = nl + 1 + int(n)
+        if len(buf) >= end:
+            if kind != b"progress":
+                frames.append((kind.decode(), buf[nl + 1:end].decode().strip()))
+            buf = buf[end:]
+            continue
+    chunk = s.recv(65536)
+    if not chunk:
+        sys.exit(f"closed after {frames}")
+    buf += chunk
+want = [("ok", "sequential_cutoff 1048576"), ("ok", "1048576"), ("ok", "cache_mode writearound"),
+        ("ok", "writearound"), ("ok", "sequential_cutoff 4194304"), ("ok", "4194304")]
+if frames != want:
+    sys.exit(f"replies {frames}, want {want}")
+EOF
+[[ $(ctl get cache_mode) == writearound ]] || fail "cache_mode after the pipelined set: $(ctl get cache_mode)"
+
+# ---- a client that hangs up during a long command ----
+ctl_tid=""
+for t in /proc/$SERVER_PID/task/*; do
+  [[ $(cat "$t/comm") == ub-control ]] && ctl_tid=${t##*/}
+done
+[[ -n $ctl_tid ]] || fail "no ub-control thread in the daemon"
+cpu() { awk '{print $14 + $15}' "/proc/$SERVER_PID/task/$ctl_tid/stat"; }
+c0=$(cpu)
+python3 - "$CTL_SOCK" <<'EOF'
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(b"ubcache-ctl/1 flush\n")
+s.close()
+EOF
+sleep 1
+c1=$(cpu)
+log "control thread: $((c1 - c0)) ticks of CPU in the second after a client hung up on a flush"
+((c1 - c0 < 20)) || fail "the control thread used $((c1 - c0)) ticks in 1 s after a client hung up during a flush (spinning?)"
+[[ $(ctl get size) == "$SIZE" ]] || fail "ctl get size after the hangup: $(ctl get size), want $SIZE"
+server_alive "after a client hung up during a flush"
+stop_server
