@@ -91,12 +91,21 @@ void Reactor::Bind() { tls_current = this; }
 io_uring_sqe* Reactor::PrepareSqe(IoCompletion* c) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   while (sqe == nullptr) {
-    io_uring_submit(&ring_);
+    // -EBUSY: the CQ overflowed and the kernel takes no more until we reap.
+    if (io_uring_submit(&ring_) == -EBUSY) SpillCompletions();
     sqe = io_uring_get_sqe(&ring_);
   }
   io_uring_sqe_set_data(sqe, c);
   inflight_++;
   return sqe;
+}
+
+void Reactor::SpillCompletions() {
+  io_uring_cqe* cqe = nullptr;
+  while (io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
+    spilled_.push_back({static_cast<IoCompletion*>(io_uring_cqe_get_data(cqe)), cqe->res, cqe->flags});
+    io_uring_cqe_seen(&ring_, cqe);
+  }
 }
 
 void Reactor::ArmWaker() {
@@ -186,7 +195,8 @@ void Reactor::RunOnce(bool wait) {
   progress |= RunTimers();
   progress |= RunDeferred();
 
-  bool can_sleep = wait && !progress && !has_posted_.load(std::memory_order_acquire) && !stopped();
+  bool can_sleep =
+      wait && !progress && spilled_.empty() && !has_posted_.load(std::memory_order_acquire) && !stopped();
   __kernel_timespec ts{};
   __kernel_timespec* tsp = nullptr;
   if (can_sleep && !timers_.empty()) {
@@ -211,9 +221,18 @@ void Reactor::RunOnce(bool wait) {
   }
   (void)ret;  // -ETIME / -EINTR just mean "look again"
 
-  // Reap what is there. Each CQE is marked seen before its completion runs,
-  // because a completion may submit (and even wait on) the ring again.
-  bool reaped = false;
+  // Reap what is there: first what PrepareSqe set aside, then the CQ. Each
+  // CQE is marked seen before its completion runs, because a completion may
+  // submit (and even wait on) the ring again.
+  bool reaped = !spilled_.empty();
+  if (reaped) {
+    std::vector<Spilled> batch;  // local: a completion may run a nested turn
+    batch.swap(spilled_);
+    for (const Spilled& x : batch) {
+      inflight_--;
+      if (x.c) x.c->Complete(x.res, x.flags);
+    }
+  }
   while (io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
     auto* c = static_cast<IoCompletion*>(io_uring_cqe_get_data(cqe));
     int32_t res = cqe->res;

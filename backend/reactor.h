@@ -58,7 +58,8 @@ class Reactor {
   io_uring* ring() { return &ring_; }
 
   // An SQE whose CQE will be delivered to `c`. Never null: when the SQ is
-  // full, pending SQEs are submitted first.
+  // full, pending SQEs are submitted first (and if the kernel refuses them
+  // because the CQ is full, the ready CQEs are set aside for the next reap).
   io_uring_sqe* PrepareSqe(IoCompletion* c);
 
   // Runs `fn` on the reactor's thread soon. Any thread.
@@ -108,6 +109,9 @@ class Reactor {
   };
 
   void ArmWaker();
+  // Moves every ready CQE to spilled_ without running its completion (we
+  // may be inside one), which makes room in the CQ.
+  void SpillCompletions();
   // Each returns whether it ran anything.
   bool RunPosted() EXCLUDES(post_mu_);
   bool RunTimers();
@@ -138,6 +142,12 @@ class Reactor {
   std::vector<Callback<void()>> running_;
   std::vector<DoneItem> deferred_done_;
   std::vector<DoneItem> running_done_;
+  struct Spilled {
+    IoCompletion* c;
+    int32_t res;
+    uint32_t flags;
+  };
+  std::vector<Spilled> spilled_;  // reaped early by PrepareSqe, run by the next RunOnce
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   uint64_t timer_seq_ = 0;
 };

@@ -97,7 +97,7 @@ Result<std::string> Controller::Detach(const Target& t, const Progress& progress
       st = WriteBackingSuperblock(*t.superblock_dev, *sb);
     }
     if (!st.ok()) return Status::IoError(t.name + " detached, but its backing superblock was not updated: " + st.message());
-    sb_note = "backing superblock: state none, no cache set";
+    sb_note = "backing superblock: clean and detached (state none, no cache set)";
   }
   UB_INFO("control: detached '{}' from its cache", t.name);
   return t.name + " detached: served from " + t.device->backing()->spec() + " without the cache; " + sb_note;

@@ -203,3 +203,41 @@ TEST_CASE("Stop from another thread ends Run") {
   loop.join();
   CHECK(reactor->stopped());
 }
+
+TEST_CASE("many more requests in flight than the CQ holds all complete, each once") {
+  // A 4-entry SQ (16-entry CQ), and 1000 NOPs prepared inside one callback,
+  // so nothing is reaped while they go in: the SQ fills 250 times and the CQ
+  // overflows. Whatever the kernel does with the overflow (keep it, or
+  // refuse submissions with EBUSY until CQEs are reaped, which PrepareSqe
+  // then sets aside), every completion must run exactly once.
+  auto made = Reactor::Create(4);
+  REQUIRE(made.ok());
+  std::unique_ptr<Reactor> reactor = std::move(made).value();
+  reactor->Bind();
+  struct Nop final : IoCompletion {
+    int* runs = nullptr;
+    void Complete(int32_t res, uint32_t) override {
+      CHECK(res == 0);
+      (*runs)++;
+    }
+  };
+  constexpr int kN = 1000;
+  std::vector<Nop> nops(kN);
+  std::vector<int> runs(kN, 0);
+  const uint64_t base = reactor->inflight();
+  reactor->Defer([&] {
+    for (int i = 0; i < kN; i++) {
+      nops[i].runs = &runs[i];
+      io_uring_prep_nop(reactor->PrepareSqe(&nops[i]));
+    }
+  });
+  int done = 0;
+  reactor->RunUntil([&] {
+    done = 0;
+    for (int r : runs) done += r > 0;
+    return done == kN;
+  });
+  reactor->RunOnce(false);
+  for (int i = 0; i < kN; i++) REQUIRE(runs[i] == 1);
+  CHECK(reactor->inflight() == base);
+}
