@@ -19,6 +19,8 @@
 #include <tuple>
 #include <vector>
 
+#include "timing.h"
+
 using namespace ubcache;
 
 namespace {
@@ -620,7 +622,8 @@ TEST_CASE("a foreground reclaim scans one window, not the whole cache") {
   std::sort(ns.begin(), ns.end());
   WARN("allocation with foreground reclaim, 1M buckets: p50 " << ns[1000] << " ns, p99 " << ns[1980]
        << " ns, max " << ns.back() << " ns");
-  REQUIRE(ns[1980] < 1'000'000);  // p99 < 1 ms on a loaded machine; a full scan takes ~5 ms
+  // p99 < 1 ms on a loaded machine (optimized build); a full scan takes ~5 ms.
+  REQUIRE(ns[1980] < 1'000'000 * test::kTimingScale);
   RequireConsistent(a);
 }
 
@@ -652,7 +655,7 @@ TEST_CASE("whole-cache passes never hold the allocator for long: allocations sta
   std::sort(ns.begin(), ns.end());
   WARN("Allocate under concurrent decay/GC bookkeeping/refill on 1M buckets: p50 " << ns[10000]
        << " ns, p99 " << ns[19800] << " ns, max " << ns.back() << " ns");
-  REQUIRE(ns[19800] < 1'000'000);
+  REQUIRE(ns[19800] < 1'000'000 * test::kTimingScale);
   REQUIRE(a.usage().reclaimed_background > 0);
   RequireConsistent(a);
 }
