@@ -42,6 +42,11 @@ sockaddr_un UnixAddr(const std::string& path) {
   return a;
 }
 
+// The final frame of a command: its reply body, or its error.
+std::string ReplyFrame(const Result<std::string>& body) {
+  return body.ok() ? EncodeFrame(FrameKind::kOk, body.value()) : EncodeFrame(FrameKind::kError, body.status().message());
+}
+
 // Is a daemon listening on `path`?
 bool Listening(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -274,8 +279,7 @@ void ControlServer::HandleLine(const std::shared_ptr<Conn>& c, const std::string
   if (!req.ok()) {
     c->out += EncodeFrame(FrameKind::kError, req.status().message());
   } else {
-    Result<std::string> body = controller_.Execute(*req, [](const std::string&) {});
-    c->out += body.ok() ? EncodeFrame(FrameKind::kOk, *body) : EncodeFrame(FrameKind::kError, body.status().message());
+    c->out += ReplyFrame(controller_.Execute(*req, [](const std::string&) {}));
   }
   Record(wall0, line);
 }
@@ -309,7 +313,7 @@ void ControlServer::WorkerLoop() {
     });
     {
       std::lock_guard<std::mutex> l(work_mu_);
-      job->frames += body.ok() ? EncodeFrame(FrameKind::kOk, *body) : EncodeFrame(FrameKind::kError, body.status().message());
+      job->frames += ReplyFrame(body);
       job->finished = true;
     }
     wake();
