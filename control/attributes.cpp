@@ -180,13 +180,9 @@ Attribute EnumKnob(std::string name, Group g, std::string help, std::string metr
 Status SetCacheMode(const Target& t, std::string_view v) {
   Result<CacheMode> m = ParseCacheMode(v);
   if (!m.ok()) return m.status();
-  for (BlockDevice* dev : t.set_superblock_devs) {
-    UB_ASSIGN_OR_RETURN(BackingSuperblock sb, ReadBackingSuperblock(*dev));
-    if (sb.cache_mode == *m) continue;
-    sb.cache_mode = *m;
-    sb.seq++;
-    Status st = WriteBackingSuperblock(*dev, sb);
-    if (!st.ok()) return Status::IoError("cache_mode: writing the backing superblock of " + dev->spec() + ": " + st.message());
+  for (BackingSuper* s : t.set_supers) {
+    Status st = s->SetCacheMode(*m);
+    if (!st.ok()) return Status::IoError("cache_mode: writing the backing superblock of " + s->device()->spec() + ": " + st.message());
   }
   t.set->knobs().cache_mode.store(*m);
   return Status::OK();

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/backing_super.h"
 #include "cache/bucket_allocator.h"
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
@@ -56,12 +57,11 @@ struct Target {
   std::string name;                 // the NBD export name
   CachedDevice* device = nullptr;
   CacheSet* set = nullptr;
-  // The device holding this export's bcache backing superblock (the raw
-  // device under the OffsetDevice), or null when it is not formatted.
-  BlockDevice* superblock_dev = nullptr;
+  // This export's bcache backing superblock, or null when it is not formatted.
+  BackingSuper* super = nullptr;
   // Every formatted backing device of the set: cache_mode is a knob of the
   // set here, so it persists into each of them.
-  std::vector<BlockDevice*> set_superblock_devs;
+  std::vector<BackingSuper*> set_supers;
 };
 
 // One reading of a target: the statistics and priority stats are computed

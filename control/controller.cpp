@@ -85,17 +85,10 @@ Result<std::string> Controller::Detach(const Target& t, const Progress& progress
   progress(flushed);
   UB_RETURN_IF_ERROR(t.device->Detach());
   std::string sb_note = "not formatted, no superblock to update";
-  if (t.superblock_dev) {
+  if (t.super) {
     // bcache's detach: the superblock says no cache (state none, no set uuid).
     // After the flush above nothing is dirty, so this is safe to write first.
-    auto sb = ReadBackingSuperblock(*t.superblock_dev);
-    Status st = sb.status();
-    if (st.ok()) {
-      sb->state = BackingState::kNone;
-      sb->set_uuid = Uuid{};
-      sb->seq++;
-      st = WriteBackingSuperblock(*t.superblock_dev, *sb);
-    }
+    Status st = t.super->Detach();
     if (!st.ok()) return Status::IoError(t.name + " detached, but its backing superblock was not updated: " + st.message());
     sb_note = "backing superblock: clean and detached (state none, no cache set)";
   }
@@ -117,17 +110,11 @@ Result<std::string> Controller::Attach(const Target& t, const std::string& cache
   if (t.device->attached()) return Status::InvalidArgument(t.name + " is already attached to " + cache_dev->spec());
   UB_RETURN_IF_ERROR(t.device->Attach());
   std::string sb_note = "not formatted, no superblock to update";
-  if (t.superblock_dev) {
-    auto sb = ReadBackingSuperblock(*t.superblock_dev);
-    Status st = sb.status();
+  if (t.super) {
     // bcache's "clean" names the set it is attached to; an unformatted
     // cache has no set uuid, so the superblock then stays detached.
-    if (st.ok() && csb) {
-      sb->state = BackingState::kClean;
-      sb->set_uuid = csb->set_uuid;
-      sb->seq++;
-      st = WriteBackingSuperblock(*t.superblock_dev, *sb);
-    }
+    Status st;
+    if (csb) st = t.super->Attach(csb->set_uuid);
     if (!st.ok()) return Status::IoError(t.name + " attached, but its backing superblock was not updated: " + st.message());
     sb_note = csb ? "backing superblock: state clean, set " + FormatUuid(csb->set_uuid)
                   : "the cache is not formatted, so the backing superblock stays detached";

@@ -13,6 +13,7 @@
 
 #include "backend/block_device.h"
 #include "backend/offset_device.h"
+#include "cache/backing_super.h"
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
 #include "cache/superblock.h"
@@ -100,12 +101,12 @@ std::unique_ptr<UblkServer> StartUblk(const Args& args, const std::vector<NbdExp
 }
 
 // The control socket and metrics listener over the cache set's exports
-// (null without a cache). `superblock_devs[i]`: export i's formatted
-// backing device, or null.
+// (null without a cache). `supers[i]`: export i's formatted backing
+// device's superblock, or null.
 std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet* set,
                                                      const std::vector<std::unique_ptr<CachedDevice>>& cached,
                                                      const std::vector<std::string>& names,
-                                                     const std::vector<BlockDevice*>& superblock_devs) {
+                                                     const std::vector<BackingSuper*>& supers) {
   if (!set) {
     if (args.Has("control") || args.Has("metrics-listen"))
       args.UsageError("--control and --metrics-listen need a --cache");
@@ -115,12 +116,12 @@ std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet*
   co.socket_path = args.Has("control") ? args.Get("control") : control::DefaultSocketPath(names[0]);
   co.socket_required = args.Has("control");
   co.metrics_listen = args.Get("metrics-listen");
-  std::vector<BlockDevice*> formatted;
-  for (BlockDevice* d : superblock_devs)
-    if (d) formatted.push_back(d);
+  std::vector<BackingSuper*> formatted;
+  for (BackingSuper* s : supers)
+    if (s) formatted.push_back(s);
   std::vector<control::Target> targets;
   for (size_t i = 0; i < cached.size(); i++)
-    targets.push_back({names[i], cached[i].get(), set, superblock_devs[i], formatted});
+    targets.push_back({names[i], cached[i].get(), set, supers[i], formatted});
   auto ctl = std::make_unique<control::ControlServer>(co, std::move(targets));
   Status st = ctl->Start();
   if (!st.ok()) Die(2, st.message());
@@ -213,9 +214,8 @@ int ServeMain(int argc, char** argv) {
   // holds data only its cache has, and is never served without it.
   std::vector<std::unique_ptr<BlockDevice>> raw_backings;  // under an OffsetDevice
   std::vector<std::unique_ptr<BlockDevice>> backings;
-  std::vector<BlockDevice*> superblock_devs(backing_specs.size(), nullptr);  // formatted ones
+  std::vector<std::unique_ptr<BackingSuper>> supers(backing_specs.size());  // formatted ones
   std::optional<CacheMode> sb_cache_mode;  // the first formatted backing device's
-  std::vector<std::optional<BackingSuperblock>> backing_sbs;  // formatted ones
   for (size_t i = 0; i < backing_specs.size(); i++) {
     const std::string& spec = backing_specs[i];
     auto dev = OpenDevice(spec, opts);
@@ -233,26 +233,19 @@ int ServeMain(int argc, char** argv) {
       if (i >= args.GetAll("export").size() && !sb->label.empty()) names[i] = sb->label;
       UB_INFO("{}: bcache backing superblock, data at {}, label '{}'", spec, FormatSize(data_offset),
               sb->label);
-      superblock_devs[i] = dev->get();
+      supers[i] = std::make_unique<BackingSuper>(dev->get(), *sb);
       if (!sb_cache_mode) sb_cache_mode = sb->cache_mode;
       if (!args.Has("cache") && !opts.read_only && sb->state == BackingState::kClean) {
         // Writes that bypass the cache set would leave its copy stale: the
         // device is detached first, so the set starts it cold next time.
-        BackingSuperblock detached = *sb;
-        detached.set_uuid = Uuid{};
-        detached.state = BackingState::kNone;
-        detached.seq++;
-        Status wst = WriteBackingSuperblock(**dev, detached);
+        Status wst = supers[i]->Detach();
         if (!wst.ok()) Die(2, spec + ": cannot detach from its cache set: " + wst.message());
         UB_INFO("{}: served without its cache: detached from cache set {}", spec,
                 FormatUuid(sb->set_uuid));
-        *sb = detached;
       }
-      backing_sbs.push_back(*sb);
     } else if (*kind != SuperblockKind::kNone) {
       Die(2, spec + ": holds a cache superblock; a cache device goes to --cache");
     }
-    if (*kind != SuperblockKind::kBacking) backing_sbs.push_back(std::nullopt);
     if (data_offset > 0) {
       raw_backings.push_back(std::move(dev).value());
       backings.push_back(std::make_unique<OffsetDevice>(raw_backings.back().get(), data_offset));
@@ -301,8 +294,8 @@ int ServeMain(int argc, char** argv) {
     for (size_t i = 0; i < backings.size(); i++) {
       Uuid uuid{};
       bool attached = false;
-      if (backing_sbs[i] && set->persistent()) {
-        BackingSuperblock& bsb = *backing_sbs[i];
+      if (supers[i] && set->persistent()) {
+        BackingSuperblock bsb = supers[i]->Get();
         uuid = bsb.uuid;
         attached = bsb.set_uuid == set->set_uuid() && bsb.state != BackingState::kNone;
         if (!attached && bsb.state == BackingState::kDirty)
@@ -311,12 +304,9 @@ int ServeMain(int argc, char** argv) {
         if (!attached && !opts.read_only) {
           // Record the attachment as bcache does: the set's uuid, state clean
           // (dirty only ever with writeback).
-          bsb.set_uuid = set->set_uuid();
-          bsb.state = BackingState::kClean;
-          bsb.seq++;
-          Status wst = WriteBackingSuperblock(*superblock_devs[i], bsb);
+          Status wst = supers[i]->Attach(set->set_uuid());
           if (!wst.ok()) Die(2, backing_specs[i] + ": cannot attach: " + wst.message());
-          UB_INFO("{}: attached to cache set {}", backing_specs[i], FormatUuid(bsb.set_uuid));
+          UB_INFO("{}: attached to cache set {}", backing_specs[i], FormatUuid(set->set_uuid()));
         }
       }
       cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(),
@@ -335,7 +325,9 @@ int ServeMain(int argc, char** argv) {
     exports.push_back(e);
   }
 
-  std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), cached, names, superblock_devs);
+  std::vector<BackingSuper*> super_ptrs;
+  for (auto& s : supers) super_ptrs.push_back(s.get());
+  std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), cached, names, super_ptrs);
   std::unique_ptr<UblkServer> ublk = StartUblk(args, exports, io_opt);
   Status st;
   if (args.Has("nbd")) {

@@ -17,6 +17,7 @@ struct ControlRig {
   std::unique_ptr<BlockDevice> cache, raw_backing, backing;
   std::unique_ptr<CacheSet> set;
   std::unique_ptr<CachedDevice> dev;
+  std::unique_ptr<BackingSuper> super;
   Target target;
   std::string set_uuid;  // of the formatted cache
 
@@ -41,7 +42,8 @@ struct ControlRig {
     o.reserved_bytes = csb->bucket_offset(csb->data_bucket());
     set = std::move(CacheSet::Create(cache.get(), o).value());
     dev = std::make_unique<CachedDevice>("mem:backing", set.get(), 0, backing.get());
-    target = Target{"disk", dev.get(), set.get(), raw_backing.get(), {raw_backing.get()}};
+    super = std::make_unique<BackingSuper>(raw_backing.get(), *sb);
+    target = Target{"disk", dev.get(), set.get(), super.get(), {super.get()}};
   }
   BackingSuperblock Superblock() { return ReadBackingSuperblock(*raw_backing).value(); }
 };

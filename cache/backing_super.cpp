@@ -1,0 +1,58 @@
+#include "cache/backing_super.h"
+
+namespace ubcache {
+
+BackingSuperblock BackingSuper::Get() const {
+  MutexLock l(&mu_);
+  return sb_;
+}
+
+BackingState BackingSuper::state() const {
+  MutexLock l(&mu_);
+  return sb_.state;
+}
+
+template <typename Fn>
+Status BackingSuper::Change(Fn fn) {
+  MutexLock l(&mu_);
+  BackingSuperblock next = sb_;
+  fn(next);
+  if (next.state == sb_.state && next.set_uuid == sb_.set_uuid && next.cache_mode == sb_.cache_mode)
+    return Status::OK();  // nothing to write
+  next.seq++;
+  // The in-memory copy changes only once the new one is durable, so a
+  // failed write leaves both saying the same thing.
+  UB_RETURN_IF_ERROR(WriteBackingSuperblock(*raw_, next));
+  sb_ = next;
+  return Status::OK();
+}
+
+Status BackingSuper::Attach(const Uuid& set_uuid) {
+  return Change([&](BackingSuperblock& sb) {
+    sb.set_uuid = set_uuid;
+    if (sb.state != BackingState::kDirty) sb.state = BackingState::kClean;
+  });
+}
+
+Status BackingSuper::Detach() {
+  return Change([](BackingSuperblock& sb) {
+    sb.set_uuid = Uuid{};
+    sb.state = BackingState::kNone;
+  });
+}
+
+Status BackingSuper::SetCacheMode(CacheMode m) {
+  return Change([m](BackingSuperblock& sb) { sb.cache_mode = m; });
+}
+
+Status BackingSuper::MarkDirty() {
+  return Change([](BackingSuperblock& sb) { sb.state = BackingState::kDirty; });
+}
+
+Status BackingSuper::MarkClean() {
+  return Change([](BackingSuperblock& sb) {
+    if (sb.state == BackingState::kDirty) sb.state = BackingState::kClean;
+  });
+}
+
+}  // namespace ubcache

@@ -1,0 +1,55 @@
+// BackingSuper: a formatted backing device's bcache superblock, and every
+// change of the state it records — attach, detach, cache mode, dirty,
+// clean. One place does the read-modify-write, so the ordering rules live
+// once:
+//  - MarkDirty() returns only when `dirty` is durable on the backing
+//    device; the writeback path acknowledges no dirty write before that (a
+//    crash must never leave dirty data in the cache behind a backing device
+//    that says it can be used alone).
+//  - MarkClean() is called only after writeback has drained and the backing
+//    device was flushed (CachedDevice's writeback thread does both).
+//  - Detach() is called only when nothing is dirty (ctl detach flushes
+//    first); it writes bcache's detached state: none, zero set uuid.
+// Every write is WriteBackingSuperblock's flush, write, flush.
+//
+// Thread safety: any thread; one mutex serialises the changes. The I/O is
+// synchronous on the calling thread's Reactor (backend/sync_io.h), so call
+// it from the serve thread, the control worker or the writeback thread,
+// never from a reactor that serves clients.
+#pragma once
+
+#include <memory>
+
+#include "backend/block_device.h"
+#include "cache/superblock.h"
+#include "util/status.h"
+#include "util/thread_annotations.h"
+
+namespace ubcache {
+
+class BackingSuper {
+ public:
+  // `raw` is the whole device (the superblock at 4 KiB); `sb` was just read from it.
+  BackingSuper(BlockDevice* raw, BackingSuperblock sb) : raw_(raw), sb_(std::move(sb)) {}
+
+  BlockDevice* device() const { return raw_; }
+  BackingSuperblock Get() const EXCLUDES(mu_);
+  BackingState state() const EXCLUDES(mu_);
+
+  // Attached to `set_uuid`, state clean (dirty only ever by MarkDirty).
+  Status Attach(const Uuid& set_uuid) EXCLUDES(mu_);
+  Status Detach() EXCLUDES(mu_);
+  Status SetCacheMode(CacheMode m) EXCLUDES(mu_);
+  Status MarkDirty() EXCLUDES(mu_);
+  Status MarkClean() EXCLUDES(mu_);
+
+ private:
+  template <typename Fn>
+  Status Change(Fn fn) EXCLUDES(mu_);
+
+  BlockDevice* const raw_;
+  mutable Mutex mu_;
+  BackingSuperblock sb_ GUARDED_BY(mu_);
+};
+
+}  // namespace ubcache
