@@ -17,44 +17,15 @@
 namespace ubcache {
 namespace {
 
-// Journal record header (doc/format.md, "Journal records").
-constexpr uint32_t kRecordMagic = 0x524a4255;  // "UBJR"
-constexpr uint16_t kRecordVersion = 1;
-constexpr uint16_t kKindStart = 0;
-constexpr uint16_t kKindData = 1;
-constexpr size_t kRecordHeader = 64;
-
-struct RecordHeader {
-  uint64_t csum;
-  uint16_t kind;
-  uint64_t set_id, nonce, index, prev_csum;
-  uint32_t payload_len, blocks;
-};
-
-bool ParseHeader(const uint8_t* p, RecordHeader* h) {
-  if (LoadLE32(p + 8) != kRecordMagic || LoadLE16(p + 12) != kRecordVersion) return false;
-  h->csum = LoadLE64(p);
-  h->kind = LoadLE16(p + 14);
-  h->set_id = LoadLE64(p + 16);
-  h->nonce = LoadLE64(p + 24);
-  h->index = LoadLE64(p + 32);
-  h->prev_csum = LoadLE64(p + 40);
-  h->payload_len = LoadLE32(p + 48);
-  h->blocks = LoadLE32(p + 52);
-  return true;
-}
-
-uint64_t BlocksFor(uint64_t payload_len, uint32_t block) {
-  return (kRecordHeader + payload_len + block - 1) / block;
-}
-
 }  // namespace
 
 BucketNodeStore::BucketNodeStore(BlockDevice* dev, BucketAllocator* buckets, Options o)
     : dev_(dev),
       buckets_(buckets),
       o_(o),
-      slots_per_bucket_(static_cast<uint32_t>(buckets->options().bucket_size / o.node_size)) {}
+      slots_per_bucket_(static_cast<uint32_t>(buckets->options().bucket_size / o.node_size)),
+      journal_([this](const IoRequest& r) { return Io(r); },
+               Journal::Options{o.block_size, o.journal_offset, o.journal_bytes, o.set_id}) {}
 
 Result<std::unique_ptr<BucketNodeStore>> BucketNodeStore::Create(BlockDevice* dev,
                                                                  BucketAllocator* buckets,
@@ -235,207 +206,56 @@ size_t BucketNodeStore::allocated_nodes() const {
 // ---------------------------------------------------------------------------
 // Journal
 
-Status BucketNodeStore::WriteRecord(uint64_t pos, uint16_t kind, uint64_t index,
-                                    uint64_t prev_csum, const uint8_t* payload, size_t len,
-                                    uint64_t* csum, uint64_t* blocks) {
-  *blocks = BlocksFor(len, o_.block_size);
-  uint64_t bytes = *blocks * o_.block_size;
-  if (len > UINT32_MAX || pos + bytes > o_.journal_bytes)
-    return Status::NoSpace("cache journal full (" + std::to_string(pos) + " of " +
-                           std::to_string(o_.journal_bytes) + " bytes used)");
-  AlignedBuffer buf(bytes);
-  uint8_t* p = buf.data();
-  std::memset(p, 0, bytes);
-  StoreLE32(p + 8, kRecordMagic);
-  StoreLE16(p + 12, kRecordVersion);
-  StoreLE16(p + 14, kind);
-  StoreLE64(p + 16, o_.set_id);
-  StoreLE64(p + 24, nonce_);
-  StoreLE64(p + 32, index);
-  StoreLE64(p + 40, prev_csum);
-  StoreLE32(p + 48, static_cast<uint32_t>(len));
-  StoreLE32(p + 52, static_cast<uint32_t>(*blocks));
-  if (len) std::memcpy(p + kRecordHeader, payload, len);
-  *csum = Hash64(p + 8, kRecordHeader - 8 + len);
-  StoreLE64(p, *csum);
-  return Io({IoOp::kWrite, kIoFua, o_.journal_offset + pos, bytes, p});
-}
-
-Status BucketNodeStore::ResetJournalLocked() {
-  UB_ASSIGN_OR_RETURN(Uuid u, RandomUuid());
-  uint64_t nonce = LoadLE64(u.data());
-  if (nonce == nonce_) nonce++;
-  nonce_ = nonce;
-  uint64_t csum = 0, blocks = 0;
-  journal_open_ = false;
-  UB_RETURN_IF_ERROR(WriteRecord(0, kKindStart, 0, 0, nullptr, 0, &csum, &blocks));
-  tail_ = blocks * o_.block_size;
-  next_index_ = 1;
-  last_csum_ = csum;
-  records_.clear();
-  payload_bytes_ = 0;
-  journal_open_ = true;
-  return Status::OK();
-}
-
-Status BucketNodeStore::ResetJournal() {
-  MutexLock l(&jmu_);
-  return ResetJournalLocked();
-}
-
-Status BucketNodeStore::ScanJournal(std::vector<uint8_t>* payload) {
-  payload->clear();
-  records_.clear();
-  const uint32_t bs = o_.block_size;
-  AlignedBuffer head(bs);
-  uint64_t pos = 0, index = 0, prev = 0;
-  bool started = false;
-  for (;;) {
-    if (pos + bs > o_.journal_bytes) break;
-    UB_RETURN_IF_ERROR(Io({IoOp::kRead, 0, o_.journal_offset + pos, bs, head.data()}));
-    RecordHeader h;
-    if (!ParseHeader(head.data(), &h) || h.set_id != o_.set_id) break;
-    if (!started) {
-      if (h.kind != kKindStart || h.index != 0 || h.payload_len != 0) break;
-      nonce_ = h.nonce;
-    } else if (h.kind != kKindData || h.nonce != nonce_ || h.index != index + 1 ||
-               h.prev_csum != prev) {
-      break;
-    }
-    if (h.blocks != BlocksFor(h.payload_len, bs) || pos + uint64_t{h.blocks} * bs > o_.journal_bytes)
-      break;
-    AlignedBuffer rec(uint64_t{h.blocks} * bs);
-    std::memcpy(rec.data(), head.data(), bs);
-    if (h.blocks > 1)
-      UB_RETURN_IF_ERROR(Io({IoOp::kRead, 0, o_.journal_offset + pos + bs,
-                             uint64_t{h.blocks - 1} * bs, rec.data() + bs}));
-    if (Hash64(rec.data() + 8, kRecordHeader - 8 + h.payload_len) != h.csum) break;
-    if (started) {
-      records_.push_back({pos, h.blocks, payload->size(), h.payload_len});
-      payload->insert(payload->end(), rec.data() + kRecordHeader,
-                      rec.data() + kRecordHeader + h.payload_len);
-    }
-    started = true;
-    index = h.index;
-    prev = h.csum;
-    pos += uint64_t{h.blocks} * bs;
-  }
-  if (!started) return Status::NotFound("no journal start record");
-  tail_ = pos;
-  next_index_ = index + 1;
-  last_csum_ = prev;
-  payload_bytes_ = payload->size();
-  journal_open_ = true;
-  return Status::OK();
-}
+Status BucketNodeStore::ResetJournal() { return journal_.Reset(); }
 
 Status BucketNodeStore::OpenJournal() {
-  MutexLock l(&jmu_);
-  std::vector<uint8_t> payload;
-  Status st = ScanJournal(&payload);
+  Status st = journal_.Open();
   if (st.code() == Status::Code::kNotFound) {
     UB_INFO("cache journal: no valid start record, starting an empty journal");
-    return ResetJournalLocked();
+    return journal_.Reset();
   }
   return st;
 }
 
 Status BucketNodeStore::AppendJournal(const uint8_t* data, size_t len) {
-  MutexLock l(&jmu_);
-  if (!journal_open_) return Status::InvalidArgument("node store: journal not open");
-  uint64_t csum = 0, blocks = 0;
-  UB_RETURN_IF_ERROR(
-      WriteRecord(tail_, kKindData, next_index_, last_csum_, data, len, &csum, &blocks));
-  records_.push_back({tail_, blocks, payload_bytes_, len});
-  tail_ += blocks * o_.block_size;
-  next_index_++;
-  last_csum_ = csum;
-  payload_bytes_ += len;
+  UB_RETURN_IF_ERROR(journal_.Append(Journal::Kind::kIndex, data, len));
   counters_.journal_appends++;
   return Status::OK();
 }
 
 Status BucketNodeStore::ReadJournal(std::vector<uint8_t>* all) {
-  MutexLock l(&jmu_);
-  if (!journal_open_) return Status::InvalidArgument("node store: journal not open");
-  std::vector<uint8_t> payload;
-  uint64_t tail = tail_;
-  UB_RETURN_IF_ERROR(ScanJournal(&payload));
-  if (tail_ != tail)
-    return Status::Corruption("cache journal: reads back " + std::to_string(tail_) +
-                              " bytes of records, " + std::to_string(tail) + " were written");
-  *all = std::move(payload);
+  std::vector<Journal::Record> recs;
+  UB_RETURN_IF_ERROR(journal_.Read(&recs));
+  all->clear();
+  for (const Journal::Record& r : recs)
+    if (r.kind == Journal::Kind::kIndex) all->insert(all->end(), r.payload.begin(), r.payload.end());
   return Status::OK();
 }
 
-Status BucketNodeStore::TrimJournal() {
-  MutexLock l(&jmu_);
-  return ResetJournalLocked();
-}
+Status BucketNodeStore::TrimJournal() { return trim_hook_ ? trim_hook_() : journal_.Reset(); }
 
 Status BucketNodeStore::DiscardJournalTail(size_t valid_bytes) {
-  MutexLock l(&jmu_);
-  if (!journal_open_) return Status::InvalidArgument("node store: journal not open");
-  if (valid_bytes >= payload_bytes_) return Status::OK();
-  // Keep the records wholly before valid_bytes. The next append takes the
-  // first dropped record's index with a different prev csum chain (or the
-  // same bytes), so records after it never chain onto the new tail.
-  size_t keep = 0;
-  while (keep < records_.size() &&
-         records_[keep].payload_begin + records_[keep].payload_len <= valid_bytes)
-    keep++;
-  std::vector<uint8_t> partial;
-  if (keep < records_.size() && records_[keep].payload_begin < valid_bytes) {
-    // valid_bytes falls inside a record: rewrite it holding only the prefix.
-    std::vector<uint8_t> all;
-    uint64_t tail = tail_;
-    UB_RETURN_IF_ERROR(ScanJournal(&all));
-    if (tail_ != tail) return Status::Corruption("cache journal changed under DiscardJournalTail");
-    partial.assign(all.begin() + static_cast<long>(records_[keep].payload_begin),
-                   all.begin() + static_cast<long>(valid_bytes));
+  std::vector<Journal::Record> recs;
+  UB_RETURN_IF_ERROR(journal_.Read(&recs));
+  // The index record holding byte valid_bytes of the index's payload.
+  uint64_t begin = 0;
+  size_t r = 0;
+  for (; r < recs.size(); r++) {
+    if (recs[r].kind != Journal::Kind::kIndex) continue;
+    if (begin + recs[r].payload.size() > valid_bytes) break;
+    begin += recs[r].payload.size();
   }
-  // Recompute the chain position from the kept records.
-  uint64_t pos = keep < records_.size() ? records_[keep].pos : tail_;
-  uint64_t prev_csum = 0;
-  if (keep == 0) {
-    // The start record's csum: read it back.
-    AlignedBuffer head(o_.block_size);
-    UB_RETURN_IF_ERROR(Io({IoOp::kRead, 0, o_.journal_offset, o_.block_size, head.data()}));
-    prev_csum = LoadLE64(head.data());
-  } else {
-    AlignedBuffer head(o_.block_size);
-    UB_RETURN_IF_ERROR(
-        Io({IoOp::kRead, 0, o_.journal_offset + records_[keep - 1].pos, o_.block_size, head.data()}));
-    prev_csum = LoadLE64(head.data());
-  }
-  records_.resize(keep);
-  tail_ = pos;
-  next_index_ = keep + 1;
-  last_csum_ = prev_csum;
-  payload_bytes_ = keep ? records_.back().payload_begin + records_.back().payload_len : 0;
-  if (partial.empty()) {
-    // Durably end the journal here: a later scan must not find the dropped
-    // records still chained on.
-    AlignedBuffer zero(o_.block_size);
-    std::memset(zero.data(), 0, o_.block_size);
-    UB_RETURN_IF_ERROR(
-        Io({IoOp::kWrite, kIoFua, o_.journal_offset + tail_, o_.block_size, zero.data()}));
-  } else {
-    uint64_t csum = 0, blocks = 0;
-    UB_RETURN_IF_ERROR(WriteRecord(tail_, kKindData, next_index_, last_csum_, partial.data(),
-                                   partial.size(), &csum, &blocks));
-    records_.push_back({tail_, blocks, payload_bytes_, partial.size()});
-    tail_ += blocks * o_.block_size;
-    next_index_++;
-    last_csum_ = csum;
-    payload_bytes_ += partial.size();
-  }
-  return Status::OK();
-}
-
-uint64_t BucketNodeStore::journal_used() const {
-  MutexLock l(&jmu_);
-  return tail_;
+  if (r == recs.size()) return Status::OK();
+  // Records of other kinds after the cut would be dropped with it; the
+  // bucket generations among them must not be lost, so refuse (the cache
+  // set then starts cold rather than trust generations it cannot see).
+  for (size_t i = r + 1; i < recs.size(); i++)
+    if (recs[i].kind != Journal::Kind::kIndex)
+      return Status::Corruption("cache journal: a bad index entry is followed by other records");
+  if (begin == valid_bytes) return journal_.Truncate(r, nullptr);
+  std::vector<uint8_t> partial(recs[r].payload.begin(),
+                               recs[r].payload.begin() + static_cast<long>(valid_bytes - begin));
+  return journal_.Truncate(r, &partial);
 }
 
 }  // namespace ubcache

@@ -8,16 +8,11 @@
 // (AllocatedNodes/RestoreNodes), and an unclean start never needs it (the
 // cache set then starts with a fresh index, see cache_set.h).
 //
-// Journal. The cache superblock's journal buckets, written from their
-// start as a chain of records, each a whole number of blocks (doc/format.md,
-// "Journal records"): block 0 is a start record carrying a random nonce,
-// then one record per AppendJournal, written with FUA (durable on return).
-// A record is valid when its checksum holds and it carries the set, the
-// nonce, the next index and the checksum of the record before it; reading
-// stops at the first that is not, so a torn append, or a record left from an
-// older journal, is never taken for part of this one. TrimJournal writes a
-// new start record (new nonce). The journal is linear: an append that does
-// not fit returns NoSpace, and the cache set checkpoints (which trims).
+// Journal. The index's journal entries are records of kind kIndex in the
+// cache set's Journal (cache/journal.h), which the store owns; the cache
+// set appends its own records (bucket generations) to the same chain.
+// TrimJournal resets it (through the trim hook when one is set, so that the
+// cache set can carry records over atomically with the reset).
 //
 // I/O. Every call is synchronous, and the index calls it from reactor
 // threads that serve clients (a node evicted under a lookup), where turning
@@ -30,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -40,6 +36,7 @@
 #include "backend/block_device.h"
 #include "btree/node_store.h"
 #include "cache/bucket_allocator.h"
+#include "cache/journal.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
 
@@ -71,19 +68,22 @@ class BucketNodeStore final : public NodeStore {
   void FreeNode(uint64_t addr) override EXCLUDES(mu_);
   Status WriteNode(uint64_t addr, const uint8_t* data) override;
   Status ReadNode(uint64_t addr, uint8_t* data) override;
-  Status AppendJournal(const uint8_t* data, size_t len) override EXCLUDES(jmu_);
-  Status ReadJournal(std::vector<uint8_t>* all) override EXCLUDES(jmu_);
-  Status TrimJournal() override EXCLUDES(jmu_);
-  Status DiscardJournalTail(size_t valid_bytes) override EXCLUDES(jmu_);
+  Status AppendJournal(const uint8_t* data, size_t len) override;
+  Status ReadJournal(std::vector<uint8_t>* all) override;
+  Status TrimJournal() override;
+  Status DiscardJournalTail(size_t valid_bytes) override;
 
   // Reads the journal on the device and positions appends after its last
   // valid record. A journal with no valid start record is empty: a new one
   // is started (ResetJournal).
-  Status OpenJournal() EXCLUDES(jmu_);
+  Status OpenJournal();
   // Starts an empty journal (a new start record), whatever is there.
-  Status ResetJournal() EXCLUDES(jmu_);
-  uint64_t journal_capacity() const { return o_.journal_bytes; }
-  uint64_t journal_used() const EXCLUDES(jmu_);  // bytes of records, start record included
+  Status ResetJournal();
+  Journal& journal() { return journal_; }
+  uint64_t journal_capacity() const { return journal_.capacity(); }
+  uint64_t journal_used() const { return journal_.used(); }  // start record included
+  // TrimJournal calls this instead of journal().Reset() when set.
+  void SetTrimHook(std::function<Status()> hook) { trim_hook_ = std::move(hook); }
 
   // Allocated node addresses, sorted (for the bucket table).
   std::vector<uint64_t> AllocatedNodes() const EXCLUDES(mu_);
@@ -98,21 +98,8 @@ class BucketNodeStore final : public NodeStore {
   const Counters& counters() const { return counters_; }
 
  private:
-  struct Record {  // one valid journal record, as read or written
-    uint64_t pos;  // byte offset in the journal area
-    uint64_t blocks;
-    uint64_t payload_begin;  // offset of its payload in ReadJournal's bytes
-    uint64_t payload_len;
-  };
   BucketNodeStore(BlockDevice* dev, BucketAllocator* buckets, Options o);
   Status CheckAddr(uint64_t addr) const;
-  // Encodes and writes one record at journal byte `pos` (FUA).
-  Status WriteRecord(uint64_t pos, uint16_t kind, uint64_t index, uint64_t prev_csum,
-                     const uint8_t* payload, size_t len, uint64_t* csum, uint64_t* blocks)
-      REQUIRES(jmu_);
-  // Reads every valid record into records_/payload; sets the tail.
-  Status ScanJournal(std::vector<uint8_t>* payload) REQUIRES(jmu_);
-  Status ResetJournalLocked() REQUIRES(jmu_);
 
   BlockDevice* const dev_;
   BucketAllocator* const buckets_;
@@ -127,14 +114,8 @@ class BucketNodeStore final : public NodeStore {
   std::set<uint32_t> partial_ GUARDED_BY(mu_);  // buckets with a free slot
   size_t nodes_ GUARDED_BY(mu_) = 0;
 
-  mutable Mutex jmu_;
-  bool journal_open_ GUARDED_BY(jmu_) = false;
-  uint64_t nonce_ GUARDED_BY(jmu_) = 0;
-  uint64_t tail_ GUARDED_BY(jmu_) = 0;        // journal byte of the next record
-  uint64_t next_index_ GUARDED_BY(jmu_) = 0;  // index of the next record
-  uint64_t last_csum_ GUARDED_BY(jmu_) = 0;   // csum of the last valid record
-  std::vector<Record> records_ GUARDED_BY(jmu_);  // data records since the start record
-  uint64_t payload_bytes_ GUARDED_BY(jmu_) = 0;
+  Journal journal_;
+  std::function<Status()> trim_hook_;
 };
 
 }  // namespace ubcache

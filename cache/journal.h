@@ -1,0 +1,96 @@
+// Journal: the cache set's journal on the cache device — the superblock's
+// journal buckets, written from their start as a chain of records, each a
+// whole number of blocks (doc/format.md, "Journal records"). Block 0 is a
+// start record carrying a random nonce; then one record per Append, each of
+// a kind:
+//   kIndex       one extent-index journal entry (btree/journal_format.h),
+//                through BucketNodeStore's NodeStore journal calls;
+//   kBucketGens  bucket generations bumped by reclaim (cache/bucket_allocator.h),
+//                written before those buckets are reused.
+// A record is valid when its checksum holds and it carries the set, the
+// nonce, the next index and the checksum of the record before it; reading
+// stops at the first that is not, so a torn append, or a record left from an
+// older journal, is never taken for part of this one. Reset writes a new
+// start record (new nonce), optionally followed by records carried over.
+// The journal is linear: an append that does not fit returns NoSpace, and
+// the cache set checkpoints (which resets it).
+//
+// Ordering (bcache's journal write is PREFLUSH | FUA, and for the same
+// reason): Append first flushes the cache device, then writes the record
+// with FUA. Every cached data write that completed before Append was called
+// is therefore on media before the record that may point at it, and the
+// record is on media when Append returns.
+//
+// Thread safety: every method, from any thread; one mutex serialises them.
+// The I/O is synchronous, through the function given at construction
+// (BucketNodeStore's own I/O thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "backend/block_device.h"
+#include "util/status.h"
+#include "util/thread_annotations.h"
+
+namespace ubcache {
+
+class Journal {
+ public:
+  enum class Kind : uint16_t { kStart = 0, kIndex = 1, kBucketGens = 2 };
+  struct Options {
+    uint32_t block_size = 4096;
+    uint64_t offset = 0;  // bytes on the device
+    uint64_t bytes = 0;
+    uint64_t set_id = 0;  // stamped into every record
+  };
+  struct Record {
+    Kind kind;
+    std::vector<uint8_t> payload;
+  };
+  using IoFn = std::function<Status(const IoRequest&)>;
+
+  Journal(IoFn io, Options o) : io_(std::move(io)), o_(o) {}
+
+  // Reads the journal on the device and positions appends after its last
+  // valid record. NotFound when there is no valid start record.
+  Status Open() EXCLUDES(mu_);
+  // Starts an empty journal (a new start record), then appends `carry`.
+  Status Reset(const std::vector<Record>& carry = {}) EXCLUDES(mu_);
+  // Durable on return (see "Ordering" above).
+  Status Append(Kind kind, const uint8_t* data, size_t len) EXCLUDES(mu_);
+  // Every valid record since the start record, as on the device now.
+  Status Read(std::vector<Record>* out) EXCLUDES(mu_);
+  // Keeps the records before `keep` and, if `partial` is given, replaces
+  // record `keep` with one of the same kind holding `partial`; everything
+  // after is dropped durably (it never chains on again).
+  Status Truncate(size_t keep, const std::vector<uint8_t>* partial) EXCLUDES(mu_);
+
+  uint64_t capacity() const { return o_.bytes; }
+  uint64_t used() const EXCLUDES(mu_);  // bytes of records, start record included
+  bool open() const EXCLUDES(mu_);
+
+ private:
+  struct Placed {  // one valid record: where it is
+    uint64_t pos;
+    uint64_t blocks;
+    uint64_t csum;
+  };
+  Status WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t prev_csum,
+                     const uint8_t* payload, size_t len, uint64_t* csum, uint64_t* blocks)
+      REQUIRES(mu_);
+  Status Scan(std::vector<Record>* out) REQUIRES(mu_);
+  Status AppendLocked(Kind kind, const uint8_t* data, size_t len) REQUIRES(mu_);
+
+  const IoFn io_;
+  const Options o_;
+  mutable Mutex mu_;
+  bool open_ GUARDED_BY(mu_) = false;
+  uint64_t nonce_ GUARDED_BY(mu_) = 0;
+  uint64_t tail_ GUARDED_BY(mu_) = 0;        // journal byte of the next record
+  uint64_t start_csum_ GUARDED_BY(mu_) = 0;  // csum of the start record
+  std::vector<Placed> placed_ GUARDED_BY(mu_);  // records after the start record
+};
+
+}  // namespace ubcache
