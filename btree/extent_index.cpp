@@ -133,18 +133,19 @@ class ExtentIndex::ShardLocks {
   std::vector<uint32_t> ids_;
 };
 
-ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe,
-                         uint64_t cache_bytes, uint64_t set_id)
+ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, const Options& o)
     : store_(store),
       stripe_(stripe),
-      set_id_(set_id),
-      cache_bytes_(cache_bytes),
+      set_id_(o.set_id),
+      bucket_bytes_(o.bucket_bytes),
+      on_dirty_(o.on_dirty),
+      cache_bytes_(o.cache_bytes),
       chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]) {
   for (size_t i = 0; i < kChunkSlots; i++) chunk_seq_[i].store(0, std::memory_order_relaxed);
   for (uint32_t i = 0; i < nshards; i++) {
     auto sh = std::make_unique<Shard>();
     MutexLock l(&sh->mu);
-    sh->tree = std::make_unique<ExtentTree>(store, i, set_id, &sh->counters);
+    sh->tree = std::make_unique<ExtentTree>(store, i, o.set_id, &sh->counters);
     shards_.push_back(std::move(sh));
   }
 }
@@ -162,8 +163,7 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Create(NodeStore* store, Optio
       (o.stripe_bytes & (o.stripe_bytes - 1))) {
     return Status::InvalidArgument("extent index: stripe must be a power of two, 4 KiB..1 GiB");
   }
-  std::unique_ptr<ExtentIndex> idx(
-      new ExtentIndex(store, o.shards, o.stripe_bytes, o.cache_bytes, o.set_id));
+  std::unique_ptr<ExtentIndex> idx(new ExtentIndex(store, o.shards, o.stripe_bytes, o));
   for (auto& sh : idx->shards_) {
     MutexLock l(&sh->mu);
     UB_RETURN_IF_ERROR(sh->tree->Init(ShardRoot{}));
@@ -172,7 +172,7 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Create(NodeStore* store, Optio
 }
 
 Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const IndexRoot& root,
-                                                       Options o) {
+                                                       Options o, const std::vector<uint8_t>* dirty) {
   if (root.node_size != store->node_size()) {
     return Status::InvalidArgument("extent index: root was written with node size " +
                                    std::to_string(root.node_size) + ", store has " +
@@ -182,14 +182,15 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
       root.stripe_bytes > kMaxStripe || (root.stripe_bytes & (root.stripe_bytes - 1))) {
     return Status::InvalidArgument("extent index: bad root geometry");
   }
-  std::unique_ptr<ExtentIndex> idx(new ExtentIndex(
-      store, static_cast<uint32_t>(root.shards.size()), root.stripe_bytes, o.cache_bytes, o.set_id));
+  std::unique_ptr<ExtentIndex> idx(
+      new ExtentIndex(store, static_cast<uint32_t>(root.shards.size()), root.stripe_bytes, o));
   // The roots only; every other node loads when an operation reaches it.
   for (size_t i = 0; i < root.shards.size(); i++) {
     Shard* sh = idx->shards_[i].get();
     MutexLock l(&sh->mu);
     UB_RETURN_IF_ERROR(sh->tree->Init(root.shards[i]));
   }
+  if (dirty) UB_RETURN_IF_ERROR(idx->DecodeDirty(*dirty));
 
   // Replay the entries after the checkpoint. Entries at or below its
   // journal_seq are left from a crash between the superblock write and the
@@ -249,12 +250,151 @@ Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
     }
     Shard* sh = shards_[ShardOf(e.dev, e.start)].get();
     MutexLock l(&sh->mu);
-    return sh->tree->Replace(e.dev, e.start, e.end(), &e);
+    std::vector<Extent> removed;
+    UB_RETURN_IF_ERROR(sh->tree->Replace(e.dev, e.start, e.end(), &e, &removed));
+    AccountLocked(sh, removed, &e);
+    return Status::OK();
   }
   if (op.shard >= shards_.size()) return Status::Corruption("journal: bad shard");
   Shard* sh = shards_[op.shard].get();
   MutexLock l(&sh->mu);
-  return sh->tree->Replace(e.dev, e.start, e.end(), nullptr);
+  std::vector<Extent> removed;
+  UB_RETURN_IF_ERROR(sh->tree->Replace(e.dev, e.start, e.end(), nullptr, &removed));
+  AccountLocked(sh, removed, nullptr);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Dirty accounting
+
+void ExtentIndex::AccountLocked(Shard* sh, const std::vector<Extent>& removed, const Extent* added) {
+  auto count = [&](const Extent& e, int64_t sign) {
+    auto add = [&](auto& map, const auto& key) {
+      uint64_t& v = map[key];
+      v = sign > 0 ? v + e.len : (v > e.len ? v - e.len : 0);
+      if (v == 0) map.erase(key);
+    };
+    add(sh->dirty_stripes, std::make_pair(e.dev, e.start / stripe_));
+    add(sh->dirty_devs, e.dev);
+    if (bucket_bytes_) {
+      uint64_t b = e.cache_offset / bucket_bytes_;
+      add(sh->dirty_buckets, b);
+      if (on_dirty_) on_dirty_(b, sign * static_cast<int64_t>(e.len));
+    }
+  };
+  for (const Extent& e : removed) count(e, -1);
+  if (added && added->dirty) count(*added, 1);
+}
+
+// Shard's dirty state: u32 nstripes, u32 nbuckets, nstripes x {u32 dev,
+// u64 stripe, u64 bytes}, nbuckets x {u64 bucket, u64 bytes}; the blob is
+// u32 magic "UBDS", u32 nshards, then each shard (inside the checksummed
+// bucket table, doc/format.md §6).
+constexpr uint32_t kDirtyMagic = 0x53444255;
+
+void ExtentIndex::EncodeDirtyLocked(Shard* sh, std::vector<uint8_t>* out) {
+  size_t at = out->size();
+  out->resize(at + 8 + 20 * sh->dirty_stripes.size() + 16 * sh->dirty_buckets.size());
+  uint8_t* p = out->data() + at;
+  StoreLE32(p, static_cast<uint32_t>(sh->dirty_stripes.size()));
+  StoreLE32(p + 4, static_cast<uint32_t>(sh->dirty_buckets.size()));
+  p += 8;
+  for (const auto& [k, v] : sh->dirty_stripes) {
+    StoreLE32(p, k.first);
+    StoreLE64(p + 4, k.second);
+    StoreLE64(p + 12, v);
+    p += 20;
+  }
+  for (const auto& [b, v] : sh->dirty_buckets) {
+    StoreLE64(p, b);
+    StoreLE64(p + 8, v);
+    p += 16;
+  }
+}
+
+Status ExtentIndex::DecodeDirty(const std::vector<uint8_t>& blob) {
+  auto bad = [] { return Status::Corruption("index dirty state: bad length"); };
+  if (blob.empty()) return Status::OK();
+  if (blob.size() < 8 || LoadLE32(blob.data()) != kDirtyMagic) return Status::Corruption("index dirty state: bad magic");
+  if (LoadLE32(blob.data() + 4) != shards_.size()) return Status::Corruption("index dirty state: bad shard count");
+  size_t pos = 8;
+  for (auto& shp : shards_) {
+    Shard* sh = shp.get();
+    MutexLock l(&sh->mu);
+    if (blob.size() - pos < 8) return bad();
+    uint64_t ns = LoadLE32(blob.data() + pos), nb = LoadLE32(blob.data() + pos + 4);
+    pos += 8;
+    if ((blob.size() - pos) / 20 < ns || (blob.size() - pos - 20 * ns) / 16 < nb) return bad();
+    for (uint64_t i = 0; i < ns; i++, pos += 20) {
+      const uint8_t* p = blob.data() + pos;
+      uint64_t v = LoadLE64(p + 12);
+      sh->dirty_stripes[{LoadLE32(p), LoadLE64(p + 4)}] += v;
+      sh->dirty_devs[LoadLE32(p)] += v;
+    }
+    for (uint64_t i = 0; i < nb; i++, pos += 16) {
+      const uint8_t* p = blob.data() + pos;
+      uint64_t b = LoadLE64(p), v = LoadLE64(p + 8);
+      sh->dirty_buckets[b] += v;
+      if (on_dirty_) on_dirty_(b, static_cast<int64_t>(v));
+    }
+  }
+  if (pos != blob.size()) return bad();
+  return Status::OK();
+}
+
+uint64_t ExtentIndex::DirtyBytes(uint32_t dev) {
+  uint64_t sum = 0;
+  for (auto& shp : shards_) {
+    MutexLock l(&shp->mu);
+    auto it = shp->dirty_devs.find(dev);
+    if (it != shp->dirty_devs.end()) sum += it->second;
+  }
+  return sum;
+}
+
+std::vector<uint64_t> ExtentIndex::DirtyStripes(uint32_t dev, uint64_t from, size_t max) {
+  std::vector<uint64_t> out;
+  for (auto& shp : shards_) {
+    MutexLock l(&shp->mu);
+    size_t n = 0;
+    for (auto it = shp->dirty_stripes.lower_bound({dev, from});
+         it != shp->dirty_stripes.end() && it->first.first == dev && n < max; ++it, ++n)
+      out.push_back(it->first.second);
+  }
+  std::sort(out.begin(), out.end());
+  if (out.size() > max) out.resize(max);
+  return out;
+}
+
+Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) {
+  *cleaned = 0;
+  UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
+  if (e.start / stripe_ != (e.end() - 1) / stripe_)
+    return Status::InvalidArgument("extent index: MarkClean across a stripe");
+  uint32_t id = ShardOf(e.dev, e.start);
+  Shard* sh = shards_[id].get();
+  MutexLock l(&sh->mu);
+  std::vector<Extent> cur;
+  Status st = sh->tree->Lookup(e.dev, e.start, e.end(), &cur);
+  for (const Extent& x : cur) {
+    if (!st.ok()) break;
+    if (!x.dirty || x.gen != e.gen || x.cache_offset - x.start != e.cache_offset - e.start) continue;
+    Extent c = x;
+    c.dirty = false;
+    std::vector<Extent> removed;
+    st = sh->tree->Replace(x.dev, x.start, x.end(), &c, &removed);
+    // Journaled as the clean piece: replay replaces exactly this range.
+    if (st.ok()) {
+      AppendInsertOp(&sh->journal, c);
+    } else {
+      AppendInvalidateOp(&sh->journal, id, x.dev, x.start, x.end());
+    }
+    sh->journal_ops++;
+    AccountLocked(sh, removed, st.ok() ? &c : nullptr);
+    if (st.ok()) *cleaned += x.len;
+  }
+  EvictLocked(sh);
+  return st;
 }
 
 // ---------------------------------------------------------------------------
@@ -351,22 +491,24 @@ Status ExtentIndex::Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vect
 
 Status ExtentIndex::Insert(const Extent& e) {
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
-  return Mutate(e.dev, e.start, e.end(), &e, nullptr, nullptr);
+  return Mutate(e.dev, e.start, e.end(), &e, nullptr, nullptr, nullptr);
 }
 
-Status ExtentIndex::Invalidate(uint32_t dev, uint64_t start, uint64_t len) {
+Status ExtentIndex::Invalidate(uint32_t dev, uint64_t start, uint64_t len, uint64_t* removed_dirty) {
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
-  return Mutate(dev, start, start + len, nullptr, nullptr, nullptr);
+  return Mutate(dev, start, start + len, nullptr, nullptr, nullptr, removed_dirty);
 }
 
 Status ExtentIndex::InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted) {
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
-  return Mutate(e.dev, e.start, e.end(), &e, &since, inserted);
+  return Mutate(e.dev, e.start, e.end(), &e, &since, inserted, nullptr);
 }
 
 Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
-                           const uint64_t* since, bool* inserted) {
+                           const uint64_t* since, bool* inserted, uint64_t* removed_dirty) {
   ShardLocks locks(this, ShardsFor(dev, start, end));
+  std::vector<Extent> removed;
+  uint64_t removed_bytes = 0;
   if (since) {
     *inserted = !ChangedSince(dev, start, end, *since);
     if (!*inserted) return Status::OK();
@@ -388,7 +530,10 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
       piece.start = s;
       piece.len = e - s;
       piece.cache_offset = insert->cache_offset + (s - insert->start);
-      Status st = sh->tree->Replace(dev, s, e, &piece);
+      removed.clear();
+      Status st = sh->tree->Replace(dev, s, e, &piece, &removed);
+      for (const Extent& r : removed) removed_bytes += r.len;
+      AccountLocked(sh, removed, st.ok() ? &piece : nullptr);
       // A piece that failed half way is journaled as an invalidate: the
       // range may have lost its old extents, and the caller was told it is
       // not cached.
@@ -405,7 +550,10 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
     for (uint32_t id : locks.ids()) {
       Shard* sh = shards_[id].get();
       AssertHeld(sh->mu);
-      Status st = sh->tree->Replace(dev, start, end, nullptr);
+      removed.clear();
+      Status st = sh->tree->Replace(dev, start, end, nullptr, &removed);
+      for (const Extent& r : removed) removed_bytes += r.len;
+      AccountLocked(sh, removed, nullptr);
       AppendInvalidateOp(&sh->journal, id, dev, start, end);
       sh->journal_ops++;
       if (!st.ok() && result.ok()) result = st;
@@ -417,6 +565,7 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
     EvictLocked(sh);
   }
   if (inserted && !result.ok()) *inserted = false;
+  if (removed_dirty) *removed_dirty = removed_bytes;
   return result;
 }
 
@@ -496,6 +645,12 @@ Status ExtentIndex::Commit() {
 }
 
 Result<IndexRoot> ExtentIndex::Checkpoint(const PersistRootFn& persist) {
+  if (!persist) return Checkpoint(PersistStateFn());
+  return Checkpoint(PersistStateFn(
+      [&persist](const IndexRoot& root, const CheckpointState&) { return persist(root); }));
+}
+
+Result<IndexRoot> ExtentIndex::Checkpoint(const PersistStateFn& persist) {
   // Holding commit_mu_ keeps Commit out: everything in the journal now is
   // older than every shard's snapshot, so trimming it loses nothing, and
   // ops after a shard's snapshot stay pending for the next Commit.
@@ -508,12 +663,17 @@ Result<IndexRoot> ExtentIndex::Checkpoint(const PersistRootFn& persist) {
   std::vector<std::vector<uint8_t>> taken(n);
   std::vector<uint32_t> ops(n, 0);
   std::vector<uint64_t> release;
+  CheckpointState state;
+  state.dirty.resize(8);
+  StoreLE32(state.dirty.data(), kDirtyMagic);
+  StoreLE32(state.dirty.data() + 4, static_cast<uint32_t>(n));
   Status st;
   for (size_t i = 0; i < n && st.ok(); i++) {
     Shard* sh = shards_[i].get();
     MutexLock l(&sh->mu);
     st = sh->tree->Flush(&root.shards[i]);
     if (!st.ok()) break;
+    EncodeDirtyLocked(sh, &state.dirty);
     // This shard's pending ops are in the snapshot; its superseded nodes
     // become free once the snapshot's root is durable.
     taken[i].swap(sh->journal);
@@ -525,7 +685,9 @@ Result<IndexRoot> ExtentIndex::Checkpoint(const PersistRootFn& persist) {
   }
   root.journal_seq = journal_seq_;
   root.generation = generation_ + 1;
-  if (st.ok() && persist) st = persist(root);
+  state.superseded = release;
+  state.superseded.insert(state.superseded.end(), release_.begin(), release_.end());
+  if (st.ok() && persist) st = persist(root, state);
   if (!st.ok()) {
     ReturnPendingOps(&taken, &ops);
     release_.insert(release_.end(), release.begin(), release.end());

@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -68,15 +69,32 @@ class ExtentIndex {
     // it from the cache set uuid, so leftovers of an earlier format of the
     // same device are never taken for live metadata.
     uint64_t set_id = 0;
+    // Dirty accounting. Every dirty extent's bytes are counted per stripe of
+    // its backing device (what writeback scans) and per `bucket_bytes` of
+    // the cache device (a bucket holding dirty data is never reclaimed);
+    // on_dirty(bucket, delta) is told each change of a bucket's count, under
+    // the shard's lock (so it must not call back into the index).
+    uint64_t bucket_bytes = 0;  // 0: no per-bucket accounting
+    std::function<void(uint64_t bucket, int64_t delta)> on_dirty;
   };
+  // What a checkpoint hands to persist besides the root: node addresses the
+  // new root no longer reaches (freed once it is durable), and the dirty
+  // accounting as of each shard's snapshot, encoded, for Open.
+  struct CheckpointState {
+    std::vector<uint64_t> superseded;
+    std::vector<uint8_t> dirty;
+  };
+  using PersistStateFn = std::function<Status(const IndexRoot&, const CheckpointState&)>;
   // Called by Checkpoint with the new root once every node is written, before
   // the journal is trimmed and superseded nodes are freed: it must make the
   // root durable (the cache superblock write, FUA).
   using PersistRootFn = std::function<Status(const IndexRoot&)>;
 
   static Result<std::unique_ptr<ExtentIndex>> Create(NodeStore* store, Options options);
+  // `dirty`: the CheckpointState::dirty saved with `root` (null: none dirty).
   static Result<std::unique_ptr<ExtentIndex>> Open(NodeStore* store, const IndexRoot& root,
-                                                   Options options);
+                                                   Options options,
+                                                   const std::vector<uint8_t>* dirty = nullptr);
   // Writes nothing: destroying an index without Checkpoint is a crash.
   ~ExtentIndex();
 
@@ -86,7 +104,19 @@ class ExtentIndex {
   // Inserts e, trimming or splitting whatever it overlaps.
   Status Insert(const Extent& e);
   // Removes [start, start+len) of dev, splitting extents at the edges.
-  Status Invalidate(uint32_t dev, uint64_t start, uint64_t len);
+  // *removed_dirty (if given) = the dirty bytes it removed.
+  Status Invalidate(uint32_t dev, uint64_t start, uint64_t len, uint64_t* removed_dirty = nullptr);
+  // Writeback: `e` (a dirty piece as Lookup returned it) has been written to
+  // the backing device and flushed there. Marks clean exactly the parts of
+  // the range that still map to e's data (same cache location and gen,
+  // still dirty); a part rewritten or removed meanwhile is left alone, so
+  // writeback never marks clean data it did not write. *cleaned = bytes.
+  Status MarkClean(const Extent& e, uint64_t* cleaned);
+  // Dirty bytes of dev (O(shards), shard locks).
+  uint64_t DirtyBytes(uint32_t dev);
+  // Up to `max` stripe numbers (offset / stripe_bytes) of dev at or after
+  // `from_stripe` that hold dirty data, ascending.
+  std::vector<uint64_t> DirtyStripes(uint32_t dev, uint64_t from_stripe, size_t max);
 
   // Read-miss protocol: since = Sequence(range) BEFORE reading the backing
   // device; then InsertIfUnchanged(e, since) inserts only if no Insert or
@@ -110,6 +140,7 @@ class ExtentIndex {
   // nodes are then freed one checkpoint later, so the previous root stays
   // readable until the caller has stored this one.)
   Result<IndexRoot> Checkpoint(const PersistRootFn& persist = nullptr);
+  Result<IndexRoot> Checkpoint(const PersistStateFn& persist);
 
   // Calls fn for every extent, a batch at a time (bounded memory, no lock
   // held while fn runs, so fn may call back into the index). Order: shard by
@@ -132,18 +163,26 @@ class ExtentIndex {
     std::vector<uint8_t> journal GUARDED_BY(mu);  // encoded ops since the last Commit
     uint32_t journal_ops GUARDED_BY(mu) = 0;
     Status error GUARDED_BY(mu);  // a failed eviction write, reported by Commit
+    // Dirty bytes of this shard's extents: by (dev, stripe), by dev, by bucket.
+    std::map<std::pair<uint32_t, uint64_t>, uint64_t> dirty_stripes GUARDED_BY(mu);
+    std::map<uint32_t, uint64_t> dirty_devs GUARDED_BY(mu);
+    std::map<uint64_t, uint64_t> dirty_buckets GUARDED_BY(mu);
   };
   class ShardLocks;
 
-  ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, uint64_t cache_bytes,
-              uint64_t set_id);
+  ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, const Options& o);
   uint32_t ShardOf(uint32_t dev, uint64_t offset) const;
   std::vector<uint32_t> ShardsFor(uint32_t dev, uint64_t start, uint64_t end) const;
   Status Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
-                const uint64_t* since, bool* inserted);
+                const uint64_t* since, bool* inserted, uint64_t* removed_dirty);
   bool ChangedSince(uint32_t dev, uint64_t start, uint64_t end, uint64_t since) const;
   void MarkChanged(uint32_t dev, uint64_t start, uint64_t end, uint64_t seq);
   Status ApplyJournalOp(const JournalOp& op);
+  // Counts `removed` dirty pieces out and `added` (if dirty) in.
+  void AccountLocked(Shard* sh, const std::vector<Extent>& removed, const Extent* added)
+      REQUIRES(sh->mu);
+  void EncodeDirtyLocked(Shard* sh, std::vector<uint8_t>* out) REQUIRES(sh->mu);
+  Status DecodeDirty(const std::vector<uint8_t>& blob);
   void EvictLocked(Shard* sh) REQUIRES(sh->mu);
   uint64_t ShardBudget() const;
   void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);
@@ -151,6 +190,8 @@ class ExtentIndex {
   NodeStore* const store_;
   const uint64_t stripe_;
   const uint64_t set_id_;
+  const uint64_t bucket_bytes_;
+  const std::function<void(uint64_t, int64_t)> on_dirty_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> cache_bytes_;
   std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged

@@ -520,7 +520,8 @@ void ExtentTree::Rebalance(Node* n) {
   Rebalance(p);
 }
 
-Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert) {
+Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
+                           std::vector<Extent>* removed_dirty) {
   std::vector<Extent> olds;
   uint64_t pos = start;
   for (;;) {
@@ -536,6 +537,13 @@ Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Ext
     }
     // Write phase: remove exactly [start, end) from each.
     for (const Extent& x : olds) {
+      if (removed_dirty && x.dirty) {
+        Extent piece = x;
+        piece.start = std::max(x.start, start);
+        piece.len = std::min(x.end(), end) - piece.start;
+        piece.cache_offset = x.cache_offset + (piece.start - x.start);
+        removed_dirty->push_back(piece);
+      }
       bool keep_left = x.start < start;
       bool keep_right = x.end() > end;
       if (keep_right) {

@@ -60,7 +60,9 @@ class ExtentTree {
   Status Lookup(uint32_t dev, uint64_t start, uint64_t end, std::vector<Extent>* out);
   // Removes [start, end) of dev (trimming and splitting extents at the
   // edges), then inserts *insert if given (which must lie within the range).
-  Status Replace(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert);
+  // With `removed_dirty`, appends the dirty pieces it removed, clipped.
+  Status Replace(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
+                 std::vector<Extent>* removed_dirty = nullptr);
   // Up to `max` extents with key >= from, in key order; *done when the tree
   // has no more.
   Status Collect(ExtentKey from, size_t max, std::vector<Extent>* out, bool* done);

@@ -7,7 +7,7 @@
 namespace ubcache {
 
 BucketAllocator::BucketAllocator(Options o)
-    : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]), inflight_(new std::atomic<uint32_t>[o.nbuckets]), prio_hist_(new std::atomic<uint32_t>[kPrioBins]) {
+    : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]), inflight_(new std::atomic<uint32_t>[o.nbuckets]), dirty_(new std::atomic<uint32_t>[o.nbuckets]), prio_hist_(new std::atomic<uint32_t>[kPrioBins]) {
   ClearPrio();
   MutexLock l(&mu_);
   buckets_.resize(o_.nbuckets);
@@ -19,13 +19,17 @@ BucketAllocator::BucketAllocator(Options o)
   for (uint32_t b = 0; b < o_.nbuckets; b++) {
     PublishLocked(b);
     inflight_[b].store(0, std::memory_order_relaxed);
+    dirty_[b].store(0, std::memory_order_relaxed);
   }
   // Hand out low buckets first.
   for (uint32_t b = o_.nbuckets; b-- > o_.first_bucket;) free_.push_back(b);
   // bcache keeps a free FIFO of a few hundred buckets; here about 1% of
   // the cache, within [1, 4096].
   uint32_t usable = o_.nbuckets > o_.first_bucket ? o_.nbuckets - o_.first_bucket : 0;
-  free_target_ = std::clamp<uint32_t>(usable / 128, 1, 4096);
+  // Small caches get a few more: a reclaimed bucket now waits for its gen
+  // to be journaled before it is free.
+  free_target_ = std::clamp<uint32_t>(usable / 128, std::min<uint32_t>(8, usable / 8), 4096);
+  free_target_ = std::max<uint32_t>(free_target_, 1);
 }
 
 void BucketAllocator::PublishLocked(uint32_t b) {
@@ -43,6 +47,7 @@ void BucketAllocator::SetPrioLocked(uint32_t i, uint16_t prio) {
 bool BucketAllocator::ReclaimableLocked(uint32_t b) const {
   const Bucket& k = buckets_[b];
   return k.kind == Kind::kData && !k.open && inflight_[b].load(std::memory_order_acquire) == 0 &&
+         dirty_[b].load(std::memory_order_acquire) == 0 &&
          static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead;  // else GC must run first
 }
 
@@ -78,7 +83,66 @@ void BucketAllocator::InvalidateLocked(uint32_t b) {
   v.gen++;  // every pointer into the bucket is stale from now on
   NoteLeadLocked(v);
   PublishLocked(b);
-  free_.push_back(b);
+  // Reused only once the new gen is durable (see the header).
+  if (persist_gens_)
+    pending_.push_back(b);
+  else
+    free_.push_back(b);
+}
+
+bool BucketAllocator::PersistPendingLocked() NO_THREAD_SAFETY_ANALYSIS {
+  if (pending_.empty() || persisting_) return false;
+  std::vector<uint32_t> batch;
+  batch.swap(pending_);
+  std::vector<std::pair<uint32_t, uint8_t>> gens;
+  gens.reserve(batch.size());
+  for (uint32_t b : batch) gens.emplace_back(b, buckets_[b].gen);
+  GenPersister fn = persist_gens_;
+  persisting_ = true;
+  mu_.Unlock();  // the journal write must not hold up Valid()/Touch()/Allocate()
+  Status st = fn(gens);
+  mu_.Lock();
+  persisting_ = false;
+  if (!st.ok()) {
+    // Not durable: they stay pending, and are offered again next time.
+    pending_.insert(pending_.end(), batch.begin(), batch.end());
+    return false;
+  }
+  // A bucket's gen cannot move while pending (it is free and unreachable),
+  // so the durable gen is its gen now.
+  free_.insert(free_.end(), batch.begin(), batch.end());
+  return true;
+}
+
+void BucketAllocator::SetGenPersister(GenPersister fn) {
+  MutexLock l(&mu_);
+  persist_gens_ = std::move(fn);
+}
+
+void BucketAllocator::AddDirty(uint32_t bucket, int64_t delta) {
+  if (bucket >= o_.nbuckets) return;
+  uint32_t before = dirty_[bucket].fetch_add(static_cast<uint32_t>(delta), std::memory_order_acq_rel);
+  uint32_t after = before + static_cast<uint32_t>(delta);
+  if (before == 0 && after != 0) dirty_buckets_.fetch_add(1, std::memory_order_relaxed);
+  if (before != 0 && after == 0) dirty_buckets_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void BucketAllocator::ApplyGens(const std::vector<std::pair<uint32_t, uint8_t>>& gens) {
+  MutexLock l(&mu_);
+  for (auto [b, gen] : gens) {
+    if (b < o_.first_bucket || b >= o_.nbuckets) continue;
+    Bucket& k = buckets_[b];
+    if (k.kind == Kind::kData) CountPrio(k.prio, -1);
+    CountKind(k.kind, -1);
+    k.kind = Kind::kData;
+    k.gen = gen;
+    k.prio = 0;
+    k.filled_seq = 0;
+    CountKind(k.kind, 1);
+    CountPrio(k.prio, 1);
+    NoteLeadLocked(k);
+    PublishLocked(b);
+  }
 }
 
 bool BucketAllocator::ReclaimWindowLocked(ReplacementPolicy policy) {
@@ -117,7 +181,11 @@ size_t BucketAllocator::Refill(ReplacementPolicy policy) {
   size_t want;
   {
     MutexLock l(&mu_);
-    want = free_.size() < free_target_ ? free_target_ - free_.size() : 0;
+    want = free_.size() + pending_.size() < free_target_ ? free_target_ - free_.size() - pending_.size() : 0;
+    if (want == 0 && !pending_.empty()) {
+      PersistPendingLocked();  // an earlier persist failed: try again
+      return 0;
+    }
     if (want == 0) return 0;
     if (policy == ReplacementPolicy::kRandom) salt_ = rng_();
   }
@@ -149,7 +217,7 @@ size_t BucketAllocator::Refill(ReplacementPolicy policy) {
   for (size_t i = 0; i < best.size(); i += kScanChunk) {
     MutexLock l(&mu_);
     for (size_t j = i; j < std::min(best.size(), i + kScanChunk); j++) {
-      if (free_.size() >= free_target_) break;
+      if (free_.size() + pending_.size() >= free_target_) break;
       auto [key, b] = best[j];
       if (!ReclaimableLocked(b) || VictimKeyLocked(b, policy) != key) continue;
       InvalidateLocked(b);
@@ -157,6 +225,10 @@ size_t BucketAllocator::Refill(ReplacementPolicy policy) {
     }
     reclaimed_bg_.fetch_add(done, std::memory_order_relaxed);
     if (free_.size() >= free_target_) break;
+  }
+  {
+    MutexLock l(&mu_);
+    PersistPendingLocked();
   }
   return done;
 }
@@ -205,7 +277,12 @@ void BucketAllocator::StopRefill() {
 Result<uint32_t> BucketAllocator::TakeFreeLocked(bool metadata, ReplacementPolicy policy) {
   // Data may not dig into the metadata reserve.
   while (free_.size() <= (metadata ? 0 : o_.metadata_reserve)) {
+    // Durable gens first: buckets already reclaimed, then one more window.
+    if (PersistPendingLocked()) continue;
+    if (persisting_ && !metadata) return Status::NoSpace("cache: buckets are being reclaimed");
     if (!ReclaimWindowLocked(policy)) return Status::NoSpace("cache: no bucket can be reclaimed");
+    if (persist_gens_ && !PersistPendingLocked() && free_.size() <= (metadata ? 0 : o_.metadata_reserve))
+      return Status::NoSpace("cache: a reclaimed bucket's generation could not be made durable");
   }
   uint32_t b = free_.back();
   free_.pop_back();
@@ -253,16 +330,28 @@ void BucketAllocator::FreeMetadata(uint32_t bucket) {
   MutexLock l(&mu_);
   Bucket& k = buckets_[bucket];
   if (k.kind != Kind::kMetadata) return;
-  k.kind = Kind::kFree;
-  // Like Reclaim, never run the generation kMaxGenLead past the last GC, or
-  // metadata churn would wrap it back onto stale data pointers. Valid()
-  // vouches only for data, so an unbumped freed metadata bucket is safe.
-  if (static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead) k.gen++;
-  NoteLeadLocked(k);
-  PublishLocked(bucket);
+  if (!persist_gens_) {
+    k.kind = Kind::kFree;
+    // Like Reclaim, never run the generation kMaxGenLead past the last GC, or
+    // metadata churn would wrap it back onto stale data pointers. Valid()
+    // vouches only for data, so an unbumped freed metadata bucket is safe.
+    if (static_cast<uint8_t>(k.gen - k.gc_gen) < kMaxGenLead) k.gen++;
+    NoteLeadLocked(k);
+    PublishLocked(bucket);
+    CountKind(Kind::kMetadata, -1);
+    CountKind(Kind::kFree, 1);
+    free_.push_back(bucket);
+    return;
+  }
+  // An empty data bucket: no data pointer carries its gen (it was free when
+  // it became metadata), and reclaim bumps the gen durably before reuse.
+  k.kind = Kind::kData;
+  k.prio = 0;
+  k.filled_seq = 0;
   CountKind(Kind::kMetadata, -1);
-  CountKind(Kind::kFree, 1);
-  free_.push_back(bucket);
+  CountKind(Kind::kData, 1);
+  CountPrio(k.prio, 1);
+  PublishLocked(bucket);
 }
 
 void BucketAllocator::Touch(uint32_t bucket) {
@@ -348,6 +437,8 @@ std::vector<BucketAllocator::BucketState> BucketAllocator::ExportState() const {
   for (size_t i = 0; i < buckets_.size(); i++) {
     const Bucket& b = buckets_[i];
     out[i] = BucketState{b.gen, b.gc_gen, b.kind, b.prio};
+    // See the header: free is saved as an empty data bucket.
+    if (persist_gens_ && b.kind == Kind::kFree) out[i] = BucketState{b.gen, b.gc_gen, Kind::kData, 0};
   }
   return out;
 }
@@ -369,6 +460,7 @@ Status BucketAllocator::RestoreState(const std::vector<BucketState>& state) {
   for (auto& c : counts_) c.store(0, std::memory_order_relaxed);
   ClearPrio();
   free_.clear();
+  pending_.clear();
   max_lead_ = 0;
   live_.clear();  // GC's counts are not saved: the next GC pass redoes them
   gc_pass_ = false;
@@ -415,8 +507,8 @@ BucketAllocator::PriorityStats BucketAllocator::priority_stats() const {
   PriorityStats ps{};
   uint64_t all = std::max<uint64_t>(u.buckets, 1);
   ps.unused_percent = static_cast<unsigned>(u.free * 100 / all);
-  ps.clean_percent = static_cast<unsigned>(u.data * 100 / all);
-  ps.dirty_percent = 0;
+  ps.clean_percent = static_cast<unsigned>((u.data - std::min(u.data, dirty_buckets())) * 100 / all);
+  ps.dirty_percent = static_cast<unsigned>(dirty_buckets() * 100 / all);
   // The superblock and journal area counts as metadata, as bcache marks it.
   ps.metadata_percent = static_cast<unsigned>((u.metadata + u.reserved) * 100 / all);
   // Straight from the atomics, no copy, and only the fine bins of nonzero

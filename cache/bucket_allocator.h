@@ -28,6 +28,16 @@
 // GC (CacheSet::RunGc) reports each bucket's live bytes (SetLiveBytes);
 // reclaim takes buckets GC found empty before any others.
 //
+// Durable generations (bcache's prio/gen write, alloc.c: a bucket's new gen
+// must be on disk before the bucket is reused, "otherwise after a crash"
+// a pointer into it would look valid). With a gen persister set
+// (SetGenPersister, the cache set's journal), a reclaimed bucket waits on a
+// pending list until its new generation is durable, and only then joins
+// the free list; the only way onto the free list is reclaim. A freed
+// metadata bucket becomes an empty data bucket (reclaimed like any other).
+// Dirty data: a bucket with dirty bytes (AddDirty, from the index's dirty
+// accounting) is never reclaimed.
+//
 // Thread safety: changes take mu_. The read-hit path takes no lock: each
 // bucket's (gen, kind, prio) is also published in one atomic word, so
 // Valid() is a load and Touch() locks only when the priority has decayed.
@@ -95,6 +105,18 @@ class BucketAllocator {
   void WriteDone(uint32_t bucket) {
     inflight_[bucket].fetch_sub(1, std::memory_order_release);
   }
+  // Makes the generations of reclaimed buckets durable before they are
+  // handed out; called without mu_ held, from the refill thread or (when
+  // the free list runs dry) from an allocating thread.
+  using GenPersister = std::function<Status(const std::vector<std::pair<uint32_t, uint8_t>>&)>;
+  void SetGenPersister(GenPersister fn) EXCLUDES(mu_);
+  // Recovery: the journal's durable generations, after RestoreState. Each
+  // named bucket becomes an empty, reclaimable data bucket with that gen.
+  void ApplyGens(const std::vector<std::pair<uint32_t, uint8_t>>& gens) EXCLUDES(mu_);
+  // Dirty bytes held by a bucket (the index's accounting): such a bucket is
+  // never reclaimed.
+  void AddDirty(uint32_t bucket, int64_t delta);
+  uint64_t dirty_buckets() const { return dirty_buckets_.load(std::memory_order_relaxed); }
   // A whole bucket for metadata, from the reserve if need be.
   Result<Space> AllocateMetadata() EXCLUDES(mu_);
   void FreeMetadata(uint32_t bucket) EXCLUDES(mu_);
@@ -152,9 +174,12 @@ class BucketAllocator {
   PriorityStats priority_stats() const;
   const Options& options() const { return o_; }
 
-  // What a clean shutdown saves per bucket (the bucket table, see
-  // cache/bucket_table.h) and a warm start restores. Open buckets are not
-  // kept: after a restore no writer appends to a bucket filled before.
+  // What a checkpoint saves per bucket (the bucket table, see
+  // cache/bucket_table.h) and a start restores. Open buckets are not kept:
+  // after a restore no writer appends to a bucket filled before. A free (or
+  // pending) bucket is saved as an empty data bucket: a crash may find data
+  // written into it after the save, under the gen the table holds, so it
+  // must be reclaimed (its gen bumped durably) before reuse.
   struct BucketState {
     uint8_t gen = 0;
     uint8_t gc_gen = 0;
@@ -205,6 +230,14 @@ class BucketAllocator {
   std::unique_ptr<std::atomic<uint32_t>[]> published_;  // Pack(bucket), read without mu_
   std::unique_ptr<std::atomic<uint32_t>[]> inflight_;   // Allocate()s not yet WriteDone()
   std::vector<uint32_t> free_ GUARDED_BY(mu_);
+  // Reclaimed, gen bumped, waiting for the gen to be durable.
+  std::vector<uint32_t> pending_ GUARDED_BY(mu_);
+  GenPersister persist_gens_ GUARDED_BY(mu_);
+  bool persisting_ GUARDED_BY(mu_) = false;  // one persist at a time
+  // Moves pending_ to free_ once their gens are durable; drops mu_ for the I/O.
+  bool PersistPendingLocked() REQUIRES(mu_);
+  std::unique_ptr<std::atomic<uint32_t>[]> dirty_;  // bytes per bucket
+  std::atomic<uint64_t> dirty_buckets_{0};
   std::vector<Writer> writers_ GUARDED_BY(mu_);
   uint64_t fill_seq_ GUARDED_BY(mu_) = 0;
   uint8_t max_lead_ GUARDED_BY(mu_) = 0;  // max of gen - gc_gen, kept as gens move

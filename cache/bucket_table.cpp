@@ -1,5 +1,6 @@
 #include "cache/bucket_table.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -10,16 +11,16 @@ namespace ubcache {
 namespace {
 
 constexpr uint32_t kTableMagic = 0x54424255;  // "UBBT"
-constexpr uint16_t kTableVersion = 1;
+constexpr uint16_t kTableVersion = 2;  // 2: + the index's dirty accounting
 
 }  // namespace
 
 // Layout (doc/format.md, "Bucket table"):
 //   0 u64 csum (XXH3-64 of [8, end))  8 u32 magic  12 u16 version  14 u16 0
 //  16 u64 set_id  24 u64 index_generation  32 u64 nbuckets  40 u64 nnodes
-//  48 u32 ndevices  52 u32 next_dev  56 u32 node_size  60 u32 0
+//  48 u32 ndevices  52 u32 next_dev  56 u32 node_size  60 u32 dirty_len
 //  64: nbuckets x {u8 gen, u8 gc_gen, u8 kind, u8 0, u16 prio}
-//      nnodes x u64 addr, ndevices x {uuid, u32 dev, u32 0}
+//      nnodes x u64 addr, ndevices x {uuid, u32 dev, u32 0}, dirty_len bytes
 std::vector<uint8_t> BucketTable::Encode() const {
   std::vector<uint8_t> out(EncodedSize(), 0);
   uint8_t* p = out.data();
@@ -32,6 +33,7 @@ std::vector<uint8_t> BucketTable::Encode() const {
   StoreLE32(p + 48, static_cast<uint32_t>(devices.size()));
   StoreLE32(p + 52, next_dev);
   StoreLE32(p + 56, node_size);
+  StoreLE32(p + 60, static_cast<uint32_t>(dirty.size()));
   uint8_t* q = p + kHeaderSize;
   for (const auto& b : buckets) {
     q[0] = b.gen;
@@ -49,6 +51,7 @@ std::vector<uint8_t> BucketTable::Encode() const {
     StoreLE32(q + 16, d.dev);
     q += 24;
   }
+  if (!dirty.empty()) std::memcpy(q, dirty.data(), dirty.size());
   StoreLE64(p, Hash64(p + 8, out.size() - 8));
   return out;
 }
@@ -65,6 +68,9 @@ Result<BucketTable> BucketTable::Decode(const uint8_t* p, size_t len, uint64_t s
   t.buckets.resize(nb);
   t.nodes.resize(nn);
   t.devices.resize(nd);
+  uint32_t nx = LoadLE32(p + 60);
+  if (nx > len) return bad("bad length");
+  t.dirty.resize(nx);
   if (t.EncodedSize() != len) return bad("bad length");
   if (LoadLE64(p) != Hash64(p + 8, len - 8)) return bad("bad csum");
   t.set_id = LoadLE64(p + 16);
@@ -90,6 +96,7 @@ Result<BucketTable> BucketTable::Decode(const uint8_t* p, size_t len, uint64_t s
     d.dev = LoadLE32(q + 16);
     q += 24;
   }
+  std::copy(q, q + nx, t.dirty.begin());
   return t;
 }
 

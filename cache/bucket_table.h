@@ -1,12 +1,13 @@
-// BucketTable: what a clean shutdown saves besides the index root, so that a
-// warm start reads no more than the superblock, this table, the index's
-// root nodes and the journal tail (doc/format.md, "Bucket table").
+// BucketTable: what every checkpoint saves besides the index root, so that a
+// start — after a clean shutdown or a crash — reads no more than the
+// superblock, this table, the index's root nodes and the journal tail
+// (doc/format.md, "Bucket table").
 //
 // Per bucket its generation, GC generation, kind and priority; the node
 // slots the index's nodes occupy; and which backing device (by its bcache
-// uuid) has which device number in the index. Written into the journal
-// area (which a clean shutdown has just trimmed) and pointed to by the
-// cache superblock; read only when the superblock says `clean`.
+// uuid) has which device number in the index; and the index's dirty
+// accounting. Written as the first record of the journal the checkpoint
+// starts (cache/journal.h, kind kTable), which the cache superblock names.
 //
 // Thread safety: a value; the codec functions are pure.
 #pragma once
@@ -33,10 +34,11 @@ struct BucketTable {
   std::vector<BucketAllocator::BucketState> buckets;
   std::vector<uint64_t> nodes;  // allocated node addresses
   std::vector<Device> devices;
+  std::vector<uint8_t> dirty;  // ExtentIndex::CheckpointState::dirty (version 2)
 
   static constexpr size_t kHeaderSize = 64;
   size_t EncodedSize() const {
-    return kHeaderSize + 6 * buckets.size() + 8 * nodes.size() + 24 * devices.size();
+    return kHeaderSize + 6 * buckets.size() + 8 * nodes.size() + 24 * devices.size() + dirty.size();
   }
   std::vector<uint8_t> Encode() const;
   // Errors: Corruption("bucket table: <check>") — short, bad magic, bad

@@ -6,6 +6,7 @@
 #include "btree/mem_node_store.h"
 #include "cache/bucket_table.h"
 #include "util/aligned_buffer.h"
+#include "util/endian.h"
 #include "util/clock.h"
 #include "util/hash.h"
 #include "util/log.h"
@@ -16,7 +17,6 @@ namespace ubcache {
 
 namespace {
 constexpr uint32_t kNodeSize = 64 * 1024;
-constexpr uint64_t kMaxJournalBeforeCheckpoint = 64u << 20;
 }  // namespace
 
 Result<std::unique_ptr<BucketAllocator>> CacheSet::MakeAllocator(BlockDevice* dev,
@@ -43,9 +43,7 @@ Result<std::unique_ptr<CacheSet>> CacheSet::Create(BlockDevice* cache_dev, Optio
   UB_ASSIGN_OR_RETURN(set->buckets_, MakeAllocator(cache_dev, o));
   set->knobs_.btree_cache_size = o.btree_cache_size;
   set->store_ = std::make_unique<MemNodeStore>();
-  ExtentIndex::Options io;
-  io.cache_bytes = o.btree_cache_size;
-  UB_ASSIGN_OR_RETURN(set->index_, ExtentIndex::Create(set->store_.get(), io));
+  UB_ASSIGN_OR_RETURN(set->index_, ExtentIndex::Create(set->store_.get(), set->IndexOptions()));
   set->StartThreads();
   const auto& bo = set->buckets_->options();
   UB_INFO("cache set on {}: {} buckets of {}", cache_dev->Describe(), bo.nbuckets - bo.first_bucket,
@@ -67,22 +65,20 @@ Result<std::unique_ptr<CacheSet>> CacheSet::Open(BlockDevice* cache_dev, const C
     MutexLock l(&set->sb_mu_);
     set->sb_ = sb;
   }
-  bool try_warm = sb.has_warm_state() && sb.clean() && !sb.index_root.empty() &&
-                  sb.bucket_table_len != 0;
-  if (try_warm) {
-    Status st = set->OpenWarm();
+  bool can_recover = sb.has_warm_state() && !sb.index_root.empty() && sb.bucket_table_len != 0;
+  if (can_recover) {
+    Status st = set->Recover();
     if (st.ok()) {
       set->warm_ = true;
     } else {
-      UB_WARN("cache {}: cannot open the saved index ({}); starting cold", cache_dev->spec(),
-              st.ToString());
+      UB_ERROR("cache {}: cannot recover the saved index ({}); starting cold — cached data, "
+               "dirty data included, is dropped",
+               cache_dev->spec(), st.ToString());
       set->index_.reset();
     }
   } else {
     UB_INFO("cache {}: {}; starting cold (empty index)", cache_dev->spec(),
-            !sb.has_warm_state() ? "formatted by an older ubcache (no warm-restart state)"
-            : !sb.clean()        ? "not shut down cleanly"
-                                 : "no saved index");
+            !sb.has_warm_state() ? "formatted by an older ubcache (no saved index)" : "no saved index");
   }
   if (!set->warm_) UB_RETURN_IF_ERROR(set->StartCold());
   set->startup_.micros = (NowNanos() - t0) / 1000;
@@ -100,7 +96,19 @@ Result<std::unique_ptr<CacheSet>> CacheSet::Open(BlockDevice* cache_dev, const C
   return set;
 }
 
-Status CacheSet::MakeStore() {
+ExtentIndex::Options CacheSet::IndexOptions() {
+  ExtentIndex::Options io;
+  io.cache_bytes = o_.btree_cache_size;
+  io.set_id = set_id_;
+  io.bucket_bytes = o_.bucket_size;
+  // Called under an index shard lock: atomics only.
+  io.on_dirty = [this](uint64_t bucket, int64_t delta) {
+    buckets_->AddDirty(static_cast<uint32_t>(bucket), delta);
+  };
+  return io;
+}
+
+Status CacheSet::MakeStore(unsigned journal_half) {
   index_.reset();  // the index uses the store, the store the allocator
   store_.reset();
   disk_store_ = nullptr;
@@ -110,38 +118,89 @@ Status CacheSet::MakeStore() {
     MutexLock l(&sb_mu_);
     sb = sb_;
   }
+  // The journal area holds two journals, one live: a checkpoint starts the
+  // other one (with its bucket table) and then names it in the superblock.
+  jstart_ = sb.bucket_offset(sb.first_bucket);
+  jhalf_ = sb.journal_buckets * sb.bucket_size / 2 / sb.block_size * sb.block_size;
+  active_half_ = journal_half;
   BucketNodeStore::Options so;
   so.node_size = static_cast<uint32_t>(std::min<uint64_t>(kNodeSize, sb.bucket_size));
   so.block_size = sb.block_size;
-  so.journal_offset = sb.bucket_offset(sb.first_bucket);
-  so.journal_bytes = sb.journal_buckets * sb.bucket_size;
+  so.journal_offset = jstart_ + jhalf_ * journal_half;
+  so.journal_bytes = jhalf_;
   so.set_id = set_id_;
   UB_ASSIGN_OR_RETURN(auto store, BucketNodeStore::Create(cache_dev_, buckets_.get(), so));
   disk_store_ = store.get();
   store_ = std::move(store);
+  // A checkpoint switches journals itself (CheckpointLocked): the index's
+  // trim after it has nothing left to do.
+  disk_store_->SetTrimHook([] { return Status::OK(); });
+  buckets_->SetGenPersister(
+      [this](const std::vector<std::pair<uint32_t, uint8_t>>& g) { return PersistGens(g); });
   return Status::OK();
 }
 
-Status CacheSet::OpenWarm() {
+Status CacheSet::PersistGens(const std::vector<std::pair<uint32_t, uint8_t>>& gens) {
+  // kBucketGens payload: u32 count, then count x {u32 bucket, u8 gen}.
+  std::vector<uint8_t> p(4 + 5 * gens.size());
+  StoreLE32(p.data(), static_cast<uint32_t>(gens.size()));
+  for (size_t i = 0; i < gens.size(); i++) {
+    StoreLE32(p.data() + 4 + 5 * i, gens[i].first);
+    p[4 + 5 * i + 4] = gens[i].second;
+  }
+  MutexLock g(&gen_mu_);
+  Status st = disk_store_->journal().Append(Journal::Kind::kBucketGens, p.data(), p.size());
+  if (st.code() == Status::Code::kNoSpace) {
+    std::lock_guard<std::mutex> l(jmu_);
+    jcv_.notify_all();  // the journal thread checkpoints when it is this full
+  }
+  return st;
+}
+
+namespace {
+Result<std::vector<std::pair<uint32_t, uint8_t>>> DecodeGens(const std::vector<uint8_t>& p) {
+  if (p.size() < 4 || p.size() != 4 + 5 * uint64_t{LoadLE32(p.data())})
+    return Status::Corruption("cache journal: bad bucket gens record");
+  std::vector<std::pair<uint32_t, uint8_t>> out(LoadLE32(p.data()));
+  for (size_t i = 0; i < out.size(); i++) out[i] = {LoadLE32(p.data() + 4 + 5 * i), p[4 + 5 * i + 4]};
+  return out;
+}
+}  // namespace
+
+Status CacheSet::Recover() {
   CacheSuperblock sb;
   {
     MutexLock l(&sb_mu_);
     sb = sb_;
   }
   UB_ASSIGN_OR_RETURN(IndexRoot root, IndexRoot::Decode(sb.index_root.data(), sb.index_root.size()));
-  UB_RETURN_IF_ERROR(MakeStore());
-  // The bucket table.
-  uint64_t blk = sb.block_size;
-  uint64_t span = (sb.bucket_table_len + blk - 1) / blk * blk;
-  AlignedBuffer buf(span);
-  UB_RETURN_IF_ERROR(disk_store_->Io({IoOp::kRead, 0, sb.bucket_table_offset, span, buf.data()}));
-  startup_.table_bytes = span;
-  UB_ASSIGN_OR_RETURN(BucketTable t, BucketTable::Decode(buf.data(), sb.bucket_table_len, set_id_));
+  uint64_t half_bytes = sb.journal_buckets * sb.bucket_size / 2 / sb.block_size * sb.block_size;
+  uint64_t first = sb.bucket_offset(sb.first_bucket);
+  if (sb.bucket_table_offset != first && sb.bucket_table_offset != first + half_bytes)
+    return Status::Corruption("superblock: the journal it names (" + std::to_string(sb.bucket_table_offset) +
+                              ") is neither half of the journal area (a cache formatted by an older ubcache)");
+  UB_RETURN_IF_ERROR(MakeStore(sb.bucket_table_offset == first ? 0 : 1));
+  Journal& j = disk_store_->journal();
+  UB_RETURN_IF_ERROR(j.Open());
+  std::vector<Journal::Record> recs;
+  UB_RETURN_IF_ERROR(j.Read(&recs));
+  if (recs.empty() || recs[0].kind != Journal::Kind::kTable)
+    return Status::Corruption("cache journal: does not begin with a bucket table");
+  startup_.table_bytes = recs[0].payload.size();
+  UB_ASSIGN_OR_RETURN(BucketTable t, BucketTable::Decode(recs[0].payload.data(), recs[0].payload.size(), set_id_));
   if (t.index_generation != root.generation || t.node_size != store_->node_size())
     return Status::Corruption("bucket table: not the table of the saved index (generation " +
                               std::to_string(t.index_generation) + ", root's " +
                               std::to_string(root.generation) + ")");
   UB_RETURN_IF_ERROR(buckets_->RestoreState(t.buckets));
+  // Generations made durable after the checkpoint, in order.
+  uint64_t gen_records = 0;
+  for (const Journal::Record& r : recs) {
+    if (r.kind != Journal::Kind::kBucketGens) continue;
+    UB_ASSIGN_OR_RETURN(auto gens, DecodeGens(r.payload));
+    buckets_->ApplyGens(gens);
+    gen_records++;
+  }
   UB_RETURN_IF_ERROR(disk_store_->RestoreNodes(t.nodes));
   {
     MutexLock l(&dev_mu_);
@@ -149,41 +208,39 @@ Status CacheSet::OpenWarm() {
     for (const auto& d : t.devices) devices_.emplace_back(d.uuid, d.dev);
     next_dev_ = t.next_dev;
   }
-  // From here on the device is no longer clean: a crash at any later point
-  // must start cold, because buckets will be reused and nodes rewritten
-  // without the table following.
-  UB_RETURN_IF_ERROR(WriteSuperblock(&root, false, 0, 0));
-  UB_RETURN_IF_ERROR(disk_store_->OpenJournal());
-  ExtentIndex::Options io;
-  io.cache_bytes = o_.btree_cache_size;
-  io.set_id = set_id_;
-  UB_ASSIGN_OR_RETURN(index_, ExtentIndex::Open(store_.get(), root, io));
+  // The index replays its own records (the entries after root.journal_seq)
+  // and restores the dirty accounting of the checkpoint before them.
+  UB_ASSIGN_OR_RETURN(index_, ExtentIndex::Open(store_.get(), root, IndexOptions(), &t.dirty));
+  // From here on the device is no longer clean (the flag is informational:
+  // every start recovers the same way).
+  UB_RETURN_IF_ERROR(WriteSuperblock(&root, false, sb.bucket_table_offset, sb.bucket_table_len));
+  UB_INFO("cache {}: recovered {} checkpoint {}: {} journal records replayed ({} of bucket gens)",
+          cache_dev_->spec(), sb.clean() ? "after a clean shutdown," : "after a crash,",
+          root.generation, recs.size() - 1, gen_records);
   return Status::OK();
 }
 
 Status CacheSet::StartCold() {
-  UB_RETURN_IF_ERROR(MakeStore());
+  UB_RETURN_IF_ERROR(MakeStore(0));
   {
     MutexLock l(&dev_mu_);
     devices_.clear();
     next_dev_ = 0;
   }
-  // Not clean, no root, no table: a crash from here on is cold again.
   {
     MutexLock l(&sb_mu_);
     sb_.feature_incompat |= CacheSuperblock::kIncompatWarmState;
     sb_.index_root.clear();
   }
+  // No root: a crash before the checkpoint below is cold again.
   UB_RETURN_IF_ERROR(WriteSuperblock(nullptr, false, 0, 0));
   // Old journal records (and old nodes) stay on the device but can never be
   // read: a new start record with a new nonce begins the journal, and the
   // fresh index reads no node it has not written.
   UB_RETURN_IF_ERROR(disk_store_->ResetJournal());
-  ExtentIndex::Options io;
-  io.cache_bytes = o_.btree_cache_size;
-  io.set_id = set_id_;
-  UB_ASSIGN_OR_RETURN(index_, ExtentIndex::Create(store_.get(), io));
-  return Status::OK();
+  UB_ASSIGN_OR_RETURN(index_, ExtentIndex::Create(store_.get(), IndexOptions()));
+  // The first checkpoint: from now on every start recovers.
+  return CheckpointLocked(false);
 }
 
 Status CacheSet::WriteSuperblock(const IndexRoot* root, bool clean, uint64_t table_off,
@@ -210,11 +267,114 @@ Status CacheSet::WriteSuperblock(const IndexRoot* root, bool clean, uint64_t tab
   return Status::OK();
 }
 
-Status CacheSet::Checkpoint() {
+Status CacheSet::Checkpoint() { return CheckpointLocked(false); }
+
+Status CacheSet::CheckpointLocked(bool clean) {
+  std::lock_guard<std::mutex> one(ckpt_mu_);
   if (!persistent_) return index_->Checkpoint().status();
-  return index_
-      ->Checkpoint([this](const IndexRoot& root) { return WriteSuperblock(&root, false, 0, 0); })
-      .status();
+  auto root = index_->Checkpoint(ExtentIndex::PersistStateFn(
+      [this, clean](const IndexRoot& r, const ExtentIndex::CheckpointState& state) -> Status {
+        BucketTable t;
+        t.set_id = set_id_;
+        t.index_generation = r.generation;
+        t.node_size = store_->node_size();
+        // Nodes the new root no longer reaches are freed once it is durable:
+        // they are not saved as allocated. (Taken before gen_mu_: AllocNode
+        // holds the store's lock while the allocator may journal gens.)
+        std::vector<uint64_t> nodes = disk_store_->AllocatedNodes();
+        std::vector<uint64_t> gone = state.superseded;
+        std::sort(gone.begin(), gone.end());
+        for (uint64_t a : nodes)
+          if (!std::binary_search(gone.begin(), gone.end(), a)) t.nodes.push_back(a);
+        {
+          MutexLock l(&dev_mu_);
+          for (const auto& [uuid, dev] : devices_) t.devices.push_back({uuid, dev});
+          t.next_dev = next_dev_;
+        }
+        t.dirty = state.dirty;
+        MutexLock g(&gen_mu_);
+        t.buckets = buckets_->ExportState();
+        std::vector<uint8_t> bytes = t.Encode();
+        if (bytes.size() + 64 * 1024 > jhalf_)
+          return Status::NoSpace("bucket table (" + FormatSize(bytes.size()) +
+                                 ") does not fit half of the journal area (" + FormatSize(jhalf_) + ")");
+        // The other half: the live one stays intact until the superblock names
+        // the new one, so a crash recovers one or the other.
+        unsigned next = 1 - active_half_;
+        uint64_t old_off = jstart_ + jhalf_ * active_half_, new_off = jstart_ + jhalf_ * next;
+        Journal& j = disk_store_->journal();
+        Status st = j.SwitchTo(new_off, jhalf_, {{Journal::Kind::kTable, bytes}});
+        if (st.ok()) st = WriteSuperblock(&r, clean, new_off, bytes.size());
+        if (!st.ok()) {
+          // Back to the live journal, appending after its last record.
+          Status back = j.SwitchTo(old_off, jhalf_, {}, true);
+          if (!back.ok()) UB_ERROR("cache journal: cannot reopen the live journal: {}", back.ToString());
+          return st;
+        }
+        active_half_ = next;
+        return Status::OK();
+      }));
+  return root.status();
+}
+
+void CacheSet::CommitAsync(IoDone done) {
+  if (!persistent_) {
+    Reactor::Current()->DeferDone(std::move(done), Status::OK());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(jmu_);
+    waiters_.push_back({std::move(done), Reactor::Current()});
+  }
+  jcv_.notify_all();
+}
+
+Status CacheSet::Commit() {
+  if (!persistent_) return Status::OK();
+  Status st = index_->Commit();
+  if (st.code() == Status::Code::kNoSpace) st = Checkpoint();
+  return st;
+}
+
+unsigned CacheSet::in_use_percent() const {
+  BucketAllocator::Usage u = buckets_->usage();
+  uint64_t usable = u.buckets - u.reserved;
+  if (usable == 0) return 100;
+  return static_cast<unsigned>((buckets_->dirty_buckets() + u.metadata) * 100 / usable);
+}
+
+void CacheSet::JournalLoop() {
+  std::unique_lock<std::mutex> l(jmu_);
+  while (!jstop_) {
+    auto delay = std::chrono::milliseconds(std::max<uint32_t>(1, knobs_.journal_delay_ms.load()));
+    jcv_.wait_for(l, delay, [this] { return jstop_ || !waiters_.empty(); });
+    // Group commit: everyone waiting now is covered by one append, since
+    // their changes were made before they asked.
+    std::vector<CommitWaiter> batch;
+    batch.swap(waiters_);
+    l.unlock();
+    Status st = index_->Commit();
+    if (st.code() == Status::Code::kNoSpace ||
+        (st.ok() && disk_store_->journal_used() > disk_store_->journal_capacity() / 2)) {
+      // A checkpoint also makes every change before it durable.
+      Status cst = Checkpoint();
+      if (st.code() == Status::Code::kNoSpace || !cst.ok()) st = cst;
+    }
+    if (!st.ok()) UB_WARN("cache journal: {}", st.ToString());
+    for (CommitWaiter& w : batch) {
+      w.reactor->Post([done = std::move(w.done), st]() mutable { done(st); });
+    }
+    l.lock();
+  }
+}
+
+void CacheSet::StopJournal() {
+  {
+    std::lock_guard<std::mutex> l(jmu_);
+    jstop_ = true;
+  }
+  jcv_.notify_all();
+  if (journal_thread_.joinable()) journal_thread_.join();
 }
 
 uint32_t CacheSet::DeviceNumber(const Uuid& uuid, bool was_attached) {
@@ -235,6 +395,12 @@ uint32_t CacheSet::DeviceNumber(const Uuid& uuid, bool was_attached) {
 }
 
 void CacheSet::StartThreads() {
+  if (persistent_) {
+    journal_thread_ = std::thread([this] {
+      SetThreadName("ub-journal");
+      JournalLoop();
+    });
+  }
   buckets_->StartRefill([this] { return knobs_.replacement.load(std::memory_order_relaxed); });
   hk_ = std::thread([this] {
     SetThreadName("ub-housekeep");
@@ -243,6 +409,7 @@ void CacheSet::StartThreads() {
 }
 
 void CacheSet::StopHousekeeping() {
+  StopJournal();
   {
     std::lock_guard<std::mutex> l(hk_mu_);
     hk_stop_ = true;
@@ -264,46 +431,11 @@ Status CacheSet::Shutdown() {
   if (!persistent_) return Status::OK();
   uint64_t t0 = NowNanos();
   // Every op since the last commit goes into the checkpoint's nodes; the
-  // persist step writes the root (still not clean) and the journal is
-  // trimmed: the next start replays nothing.
-  auto root = index_->Checkpoint(
-      [this](const IndexRoot& r) { return WriteSuperblock(&r, false, 0, 0); });
-  UB_RETURN_IF_ERROR(root.status());
-  BucketTable t;
-  t.set_id = set_id_;
-  t.index_generation = root->generation;
-  t.node_size = store_->node_size();
-  t.buckets = buckets_->ExportState();
-  t.nodes = disk_store_->AllocatedNodes();
-  {
-    MutexLock l(&dev_mu_);
-    for (const auto& [uuid, dev] : devices_) t.devices.push_back({uuid, dev});
-    t.next_dev = next_dev_;
-  }
-  std::vector<uint8_t> bytes = t.Encode();
-  CacheSuperblock sb;
-  {
-    MutexLock l(&sb_mu_);
-    sb = sb_;
-  }
-  // At the end of the journal area, which the checkpoint just trimmed.
-  uint64_t blk = sb.block_size;
-  uint64_t span = (bytes.size() + blk - 1) / blk * blk;
-  uint64_t jstart = sb.bucket_offset(sb.first_bucket);
-  uint64_t jend = sb.bucket_offset(sb.data_bucket());
-  if (span > jend - jstart - disk_store_->journal_used())
-    return Status::NoSpace("bucket table (" + FormatSize(span) + ") does not fit the journal area (" +
-                           FormatSize(jend - jstart) + "); the next start is cold");
-  uint64_t off = jend - span;
-  AlignedBuffer buf(span);
-  std::fill(buf.data(), buf.data() + span, 0);
-  std::copy(bytes.begin(), bytes.end(), buf.data());
-  UB_RETURN_IF_ERROR(disk_store_->Io({IoOp::kWrite, 0, off, span, buf.data()}));
-  UB_RETURN_IF_ERROR(WriteSuperblock(nullptr, true, off, bytes.size()));
+  // next start replays nothing.
+  UB_RETURN_IF_ERROR(CheckpointLocked(true));
   auto st = index_->stats();
-  UB_INFO("cache set {}: clean shutdown in {:.1f} ms: {} extents in {} nodes, bucket table {}",
-          FormatUuid(set_uuid_), (NowNanos() - t0) / 1e6, st.extents, t.nodes.size(),
-          FormatSize(span));
+  UB_INFO("cache set {}: clean shutdown in {:.1f} ms: {} extents", FormatUuid(set_uuid_),
+          (NowNanos() - t0) / 1e6, st.extents);
   return Status::OK();
 }
 
@@ -346,15 +478,6 @@ void CacheSet::Housekeeping() {
     hk_cv_.wait_for(l, std::chrono::seconds(1));
     if (hk_stop_) break;
     l.unlock();
-    // Journal: one append per second batches every index change; a
-    // checkpoint folds it into nodes when it grows (on the device, when it
-    // passes half of the journal area, or fills it).
-    Status st = index_->Commit();
-    uint64_t limit = kMaxJournalBeforeCheckpoint;
-    if (disk_store_) limit = std::min<uint64_t>(limit, disk_store_->journal_capacity() / 2);
-    uint64_t used = disk_store_ ? disk_store_->journal_used() : index_->stats().journal_bytes;
-    if (st.code() == Status::Code::kNoSpace || (st.ok() && used > limit)) st = Checkpoint();
-    if (!st.ok()) UB_WARN("cache index housekeeping: {}", st.ToString());
     if (buckets_->MaxGenLead() >= BucketAllocator::kMaxGenLead / 2) {
       auto dropped = RunGc();
       if (!dropped.ok()) UB_WARN("cache gc: {}", dropped.status().ToString());

@@ -6,20 +6,27 @@
 //  - Create: an unformatted cache device. The index lives in memory
 //    (MemNodeStore): valid for one daemon run, and every start is cold.
 //  - Open: a formatted cache device (its superblock). The index lives on the
-//    device (BucketNodeStore: nodes in metadata buckets, journal in the
-//    journal buckets). After a clean Shutdown() the next Open is warm: it
-//    reads the superblock (index root record), the bucket table and each
-//    shard's root node (and the journal, empty after a clean shutdown) —
-//    no index scan; everything else loads on demand. Any other start
-//    (kill -9, crash, power loss: `clean` not set) is cold: a fresh empty
-//    index and bucket table (DESIGN.md §5 allows dropping cache contents;
-//    doc/design.md "Durability" says why nothing stale can survive).
-//    Either way Open clears `clean` durably before it returns, so before
-//    any request is served.
+//    device (BucketNodeStore: nodes in metadata buckets; the Journal in the
+//    journal buckets). Every start — after a clean Shutdown(), kill -9, a
+//    crash or a power cut — recovers: it reads the superblock (index root,
+//    and which half of the journal area is live), that journal's first
+//    record (the bucket table of the last checkpoint), each shard's root
+//    node, and replays the journal (bucket generations, then index entries)
+//    — no index walk. Only a damaged root or table starts cold.
 //
-// Thread safety: members are thread-safe objects; the housekeeping thread
-// commits the journal, checkpoints when it grows, and decays bucket
-// priorities. Shutdown() only after every request on the set has finished.
+// Durability (doc/design.md "Durability" has the whole argument):
+//  - Commit()/CommitAsync(): every index change made before the call is
+//    durable when it completes; the journal append flushes the cache device
+//    first, so the data of every extent it records is on media before it.
+//  - A reclaimed bucket's new generation is journaled before the bucket is
+//    reused (BucketAllocator's gen persister), so a replayed pointer into a
+//    reused bucket is stale.
+//  - Checkpoint(): nodes, then the bucket table as the first record of a new
+//    journal in the other half of the journal area, then the superblock
+//    naming root and table (flush, FUA, flush). Until that superblock write
+//    the old half is untouched, so a crash at any point recovers one or the
+//    other.
+//
 #pragma once
 
 #include <atomic>
@@ -65,7 +72,7 @@ class CacheSet {
   // checkpoint the index (root into the superblock), write the bucket
   // table, then the superblock with `clean` set. For a Create()d set it
   // only stops housekeeping.
-  Status Shutdown();
+  Status Shutdown() EXCLUDES(gen_mu_);
 
   bool persistent() const { return persistent_; }
   bool warm() const { return warm_; }
@@ -78,6 +85,19 @@ class CacheSet {
   uint32_t DeviceNumber(const Uuid& backing_uuid, bool was_attached);
   // The set uuid (zero for a Create()d set).
   const Uuid& set_uuid() const { return set_uuid_; }
+
+  // Makes every index change made before the call durable (group commit on
+  // the journal thread); `done` runs on the calling reactor. At once for a
+  // Create()d set, which has nothing durable.
+  void CommitAsync(IoDone done);
+  // The same, synchronously (any thread that is not a serving reactor).
+  Status Commit();
+  // Writes a checkpoint (see above); serve calls it once the backing devices
+  // have their device numbers, so a crash finds them again.
+  Status Checkpoint() EXCLUDES(gen_mu_);
+  // bcache's in_use: percent of the cache's buckets that cannot be reclaimed
+  // (dirty data or metadata) — what cutoff_writeback compares against.
+  unsigned in_use_percent() const;
 
   struct StartupStats {
     uint64_t bytes_read = 0;  // superblock excluded
@@ -109,14 +129,20 @@ class CacheSet {
  private:
   CacheSet(BlockDevice* cache_dev, Options o) : cache_dev_(cache_dev), o_(o) {}
   static Result<std::unique_ptr<BucketAllocator>> MakeAllocator(BlockDevice* dev, const Options& o);
-  Status OpenWarm();
+  Status Recover();
   Status StartCold();
-  Status MakeStore();
+  // Allocator, node store and journal (at `journal_half`), with the gen
+  // persister and dirty accounting wired.
+  Status MakeStore(unsigned journal_half);
+  ExtentIndex::Options IndexOptions();
+  Status PersistGens(const std::vector<std::pair<uint32_t, uint8_t>>& gens) EXCLUDES(gen_mu_);
+  Status CheckpointLocked(bool clean) EXCLUDES(gen_mu_);
+  void JournalLoop();
+  void StopJournal();
   // Writes sb_ (seq bumped) with `root` (nullptr: keep), clean or not, and
   // the bucket table pointer: flush, write, flush.
   Status WriteSuperblock(const IndexRoot* root, bool clean, uint64_t table_off, uint64_t table_len)
       EXCLUDES(sb_mu_);
-  Status Checkpoint();
   void StartThreads();  // the allocator's refill thread and housekeeping
   void StopHousekeeping();
   void Housekeeping();
@@ -139,6 +165,23 @@ class CacheSet {
   uint32_t next_dev_ GUARDED_BY(dev_mu_) = 0;
   Congestion congestion_;
   CacheKnobs knobs_;
+  // Journal halves: [jstart_, jstart_ + jhalf_) and the next jhalf_ bytes.
+  uint64_t jstart_ = 0, jhalf_ = 0;
+  unsigned active_half_ = 0;
+  // Held from exporting the bucket table to switching the journal, and by
+  // every gens append: no generation goes to a journal the table missed.
+  Mutex gen_mu_;
+  std::mutex ckpt_mu_;  // one checkpoint at a time
+  // The journal thread and its waiters (CommitAsync).
+  struct CommitWaiter {
+    IoDone done;
+    Reactor* reactor;
+  };
+  std::mutex jmu_;
+  std::condition_variable jcv_;
+  std::vector<CommitWaiter> waiters_;  // under jmu_
+  bool jstop_ = false;                 // under jmu_
+  std::thread journal_thread_;
   std::mutex gc_mu_;  // one GC at a time
   std::atomic<uint64_t> gc_runs_{0};
   std::mutex hk_mu_;

@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t kRecordMagic = 0x524a4255;  // "UBJR"
 constexpr uint16_t kRecordVersion = 1;
 constexpr size_t kRecordHeader = 64;
-constexpr uint16_t kMaxKind = static_cast<uint16_t>(Journal::Kind::kBucketGens);
+constexpr uint16_t kMaxKind = static_cast<uint16_t>(Journal::Kind::kTable);
 
 struct RecordHeader {
   uint64_t csum;
@@ -73,6 +73,28 @@ Status Journal::WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t pr
 
 Status Journal::Reset(const std::vector<Record>& carry) {
   MutexLock l(&mu_);
+  return ResetLocked(carry);
+}
+
+Status Journal::SwitchTo(uint64_t offset, uint64_t bytes, const std::vector<Record>& carry, bool scan) {
+  MutexLock l(&mu_);
+  o_.offset = offset;
+  o_.bytes = bytes;
+  open_ = false;
+  return scan ? Scan(nullptr) : ResetLocked(carry);
+}
+
+uint64_t Journal::offset() const {
+  MutexLock l(&mu_);
+  return o_.offset;
+}
+
+uint64_t Journal::capacity() const {
+  MutexLock l(&mu_);
+  return o_.bytes;
+}
+
+Status Journal::ResetLocked(const std::vector<Record>& carry) {
   UB_ASSIGN_OR_RETURN(Uuid u, RandomUuid());
   uint64_t nonce = LoadLE64(u.data());
   if (nonce == nonce_) nonce++;

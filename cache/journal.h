@@ -6,7 +6,9 @@
 //   kIndex       one extent-index journal entry (btree/journal_format.h),
 //                through BucketNodeStore's NodeStore journal calls;
 //   kBucketGens  bucket generations bumped by reclaim (cache/bucket_allocator.h),
-//                written before those buckets are reused.
+//                written before those buckets are reused;
+//   kTable       the bucket table of a checkpoint (cache/bucket_table.h): the
+//                first record of the journal that checkpoint starts.
 // A record is valid when its checksum holds and it carries the set, the
 // nonce, the next index and the checksum of the record before it; reading
 // stops at the first that is not, so a torn append, or a record left from an
@@ -38,7 +40,7 @@ namespace ubcache {
 
 class Journal {
  public:
-  enum class Kind : uint16_t { kStart = 0, kIndex = 1, kBucketGens = 2 };
+  enum class Kind : uint16_t { kStart = 0, kIndex = 1, kBucketGens = 2, kTable = 3 };
   struct Options {
     uint32_t block_size = 4096;
     uint64_t offset = 0;  // bytes on the device
@@ -58,6 +60,11 @@ class Journal {
   Status Open() EXCLUDES(mu_);
   // Starts an empty journal (a new start record), then appends `carry`.
   Status Reset(const std::vector<Record>& carry = {}) EXCLUDES(mu_);
+  // The same at another place on the device (`bytes` long), which becomes
+  // this journal's area; or, with `scan`, opens the journal found there.
+  Status SwitchTo(uint64_t offset, uint64_t bytes, const std::vector<Record>& carry, bool scan = false)
+      EXCLUDES(mu_);
+  uint64_t offset() const EXCLUDES(mu_);
   // Durable on return (see "Ordering" above).
   Status Append(Kind kind, const uint8_t* data, size_t len) EXCLUDES(mu_);
   // Every valid record since the start record, as on the device now.
@@ -67,7 +74,7 @@ class Journal {
   // after is dropped durably (it never chains on again).
   Status Truncate(size_t keep, const std::vector<uint8_t>* partial) EXCLUDES(mu_);
 
-  uint64_t capacity() const { return o_.bytes; }
+  uint64_t capacity() const EXCLUDES(mu_);
   uint64_t used() const EXCLUDES(mu_);  // bytes of records, start record included
   bool open() const EXCLUDES(mu_);
 
@@ -82,9 +89,10 @@ class Journal {
       REQUIRES(mu_);
   Status Scan(std::vector<Record>* out) REQUIRES(mu_);
   Status AppendLocked(Kind kind, const uint8_t* data, size_t len) REQUIRES(mu_);
+  Status ResetLocked(const std::vector<Record>& carry) REQUIRES(mu_);
 
   const IoFn io_;
-  const Options o_;
+  Options o_;  // offset and bytes change only under mu_ (SwitchTo)
   mutable Mutex mu_;
   bool open_ GUARDED_BY(mu_) = false;
   uint64_t nonce_ GUARDED_BY(mu_) = 0;

@@ -39,6 +39,9 @@ struct CacheKnobs {
   std::atomic<uint64_t> writeback_rate_minimum{4096};     // bytes/s
   std::atomic<uint32_t> cutoff_writeback{40};
   std::atomic<uint32_t> cutoff_writeback_sync{70};
+  // bcache's journal_delay_ms: index changes not forced by a FLUSH or a FUA
+  // write are committed within this long.
+  std::atomic<uint32_t> journal_delay_ms{100};
   // Memory for decoded index nodes; the set applies it to its ExtentIndex.
   std::atomic<uint64_t> btree_cache_size{64 << 20};
 };

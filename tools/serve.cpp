@@ -315,6 +315,13 @@ int ServeMain(int argc, char** argv) {
     }
   }
 
+  if (set && set->persistent()) {
+    // The device numbers just handed out are in the table from now on: a
+    // crash finds this run's extents (dirty ones included) under them.
+    Status cst = set->Checkpoint();
+    if (!cst.ok()) Die(2, args.Get("cache") + ": cannot write a checkpoint: " + cst.message());
+  }
+
   std::vector<NbdExport> exports;
   for (size_t i = 0; i < backings.size(); i++) {
     NbdExport e;

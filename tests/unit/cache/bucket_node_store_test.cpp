@@ -433,10 +433,11 @@ TEST_CASE("cache set: a damaged saved index or table starts cold, never half war
   r.set.reset();
   CacheSuperblock sb = r.Super();
   SECTION("table") {
+    // The journal the superblock names: its start record, then the table.
     AlignedBuffer b(4096);
-    REQUIRE(SyncRead(*r.dev, sb.bucket_table_offset, 4096, b.data()).ok());
-    b.data()[64] ^= 1;
-    REQUIRE(SyncWrite(*r.dev, sb.bucket_table_offset, 4096, b.data()).ok());
+    REQUIRE(SyncRead(*r.dev, sb.bucket_table_offset + 4096, 4096, b.data()).ok());
+    b.data()[100] ^= 1;
+    REQUIRE(SyncWrite(*r.dev, sb.bucket_table_offset + 4096, 4096, b.data()).ok());
   }
   SECTION("a root node") {
     auto root = IndexRoot::Decode(sb.index_root.data(), sb.index_root.size());
