@@ -107,6 +107,7 @@ Result<std::unique_ptr<BlockDevice>> Open(const std::string& spec, const OpenOpt
   if (name == "fault") {
     UB_ASSIGN_OR_RETURN(FaultConfig c, ParseFaultOptions(options));
     UB_ASSIGN_OR_RETURN(auto lower, Open(rest, opts));
+    UB_RETURN_IF_ERROR(CheckFaultConfig(c, lower->logical_block_size()));
     return std::unique_ptr<BlockDevice>(new FaultDevice(spec, std::move(lower), std::move(c)));
   }
   return Status::InvalidArgument("unknown scheme '" + name +

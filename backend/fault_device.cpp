@@ -1,5 +1,7 @@
 #include "backend/fault_device.h"
 
+#include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "util/aligned_buffer.h"
@@ -7,6 +9,19 @@
 #include "util/size.h"
 
 namespace ubcache {
+
+namespace {
+
+// One step of a 64-bit LCG (Knuth's MMIX constants).
+uint64_t NextRandom(uint64_t* state) {
+  *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+  return *state;
+}
+
+// Starts the tear draws elsewhere in the sequence than the eio_p draws.
+constexpr uint64_t kTearStream = 0x9e3779b97f4a7c15ull;
+
+}  // namespace
 
 Result<FaultConfig> ParseFaultOptions(const std::vector<std::string>& options) {
   FaultConfig c;
@@ -37,14 +52,27 @@ Result<FaultConfig> ParseFaultOptions(const std::vector<std::string>& options) {
     } else if (key == "drop_unflushed") {
       UB_ASSIGN_OR_RETURN(uint64_t v, ParseUint(val, 0, 1, "fault option drop_unflushed"));
       c.drop_unflushed = v == 1;
+    } else if (key == "tear_unflushed") {
+      UB_ASSIGN_OR_RETURN(uint64_t v, ParseUint(val, 0, 1, "fault option tear_unflushed"));
+      c.tear_unflushed = v == 1;
     } else if (key == "seed") {
       UB_ASSIGN_OR_RETURN(c.seed, ParseUint(val, 0, UINT64_MAX, "fault option seed"));
     } else {
-      return Status::InvalidArgument("unknown fault option '" + key +
-                                     "' (eio, eio_p, ops, latency_us, drop_unflushed, seed)");
+      return Status::InvalidArgument(
+          "unknown fault option '" + key +
+          "' (eio, eio_p, ops, latency_us, drop_unflushed, tear_unflushed, seed)");
     }
   }
   return c;
+}
+
+Status CheckFaultConfig(const FaultConfig& config, uint32_t lower_block_size) {
+  if (config.tear_unflushed && kTearSector % lower_block_size != 0)
+    return Status::InvalidArgument("fault option tear_unflushed: tears in " +
+                                   std::to_string(kTearSector) +
+                                   "-byte sectors, but the device below has " +
+                                   std::to_string(lower_block_size) + "-byte blocks");
+  return Status::OK();
 }
 
 FaultDevice::FaultDevice(std::string spec, std::unique_ptr<BlockDevice> lower, FaultConfig config)
@@ -52,7 +80,9 @@ FaultDevice::FaultDevice(std::string spec, std::unique_ptr<BlockDevice> lower, F
       lower_(std::move(lower)),
       config_(std::move(config)) {
   MutexLock l(&mu_);
+  assert(CheckFaultConfig(config_, block_size_).ok());
   rng_ = config_.seed;
+  tear_rng_ = config_.seed ^ kTearStream;
 }
 
 std::string FaultDevice::Describe() const {
@@ -62,7 +92,9 @@ std::string FaultDevice::Describe() const {
 void FaultDevice::SetConfig(FaultConfig config) {
   MutexLock l(&mu_);
   config_ = std::move(config);
+  assert(CheckFaultConfig(config_, block_size_).ok());
   rng_ = config_.seed;
+  tear_rng_ = config_.seed ^ kTearStream;
 }
 
 FaultConfig FaultDevice::config() const {
@@ -93,8 +125,7 @@ bool FaultDevice::ShouldFail(const IoRequest& req) {
     if (req.offset < r.offset + r.len && r.offset < req.offset + req.len) return true;
   }
   if (config_.eio_probability > 0) {
-    rng_ = rng_ * 6364136223846793005ull + 1442695040888963407ull;
-    double u = static_cast<double>(rng_ >> 11) / static_cast<double>(1ull << 53);
+    double u = static_cast<double>(NextRandom(&rng_) >> 11) / static_cast<double>(1ull << 53);
     if (u < config_.eio_probability) return true;
   }
   return false;
@@ -123,6 +154,42 @@ void FaultDevice::StoreInOverlay(const IoRequest& req) {
   }
 }
 
+void FaultDevice::DropFromOverlay(const IoRequest& req) {
+  const uint64_t bs = block_size_;
+  for (uint64_t off = 0; off < req.len; off += bs) {
+    overlay_.erase((req.offset + off) / bs);
+    flushing_.erase((req.offset + off) / bs);
+  }
+}
+
+std::vector<IoRequest> FaultDevice::TearLocked(const IoRequest& req) {
+  const uint64_t bs = block_size_;
+  const uint64_t end = req.offset + req.len;
+  std::vector<IoRequest> through;
+  for (uint64_t pos = req.offset; pos < end;) {
+    const uint64_t next = std::min(end, (pos / kTearSector + 1) * kTearSector);
+    IoRequest part = req;
+    part.offset = pos;
+    part.len = next - pos;
+    if (req.buf) part.buf = static_cast<uint8_t*>(req.buf) + (pos - req.offset);
+    bool held = NextRandom(&tear_rng_) >> 63;
+    // Written through now, this sector could land before the older copy
+    // that a flush is writing out, and lose to it.
+    for (uint64_t b = pos / bs; !held && b < next / bs; b++) held = flushing_.count(b) > 0;
+    if (held) {
+      StoreInOverlay(part);
+    } else {
+      DropFromOverlay(part);  // older overlay copies must not reach the device after it
+      if (!through.empty() && through.back().offset + through.back().len == pos)
+        through.back().len += part.len;
+      else
+        through.push_back(part);
+    }
+    pos = next;
+  }
+  return through;
+}
+
 void FaultDevice::PatchFromOverlay(const IoRequest& req) {
   const uint64_t bs = block_size_;
   MutexLock l(&mu_);
@@ -143,6 +210,7 @@ void FaultDevice::PatchFromOverlay(const IoRequest& req) {
 void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
   uint64_t latency;
   bool hold = false;
+  std::vector<IoRequest> through;  // tear_unflushed: the parts that reach the device below now
   {
     MutexLock l(&mu_);
     latency = config_.latency_us;
@@ -156,18 +224,18 @@ void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
     }
     bool write_like = req.op == IoOp::kWrite || req.op == IoOp::kDiscard ||
                       req.op == IoOp::kWriteZeroes;
-    if (write_like && config_.drop_unflushed && !(req.flags & kIoFua)) {
+    bool volatile_write = write_like && !(req.flags & kIoFua);
+    if (volatile_write && config_.tear_unflushed) {
+      through = TearLocked(req);
+      hold = through.empty();
+    } else if (volatile_write && config_.drop_unflushed) {
       StoreInOverlay(req);
       hold = true;
     } else if (write_like) {
       // Durable now (FUA) or not held: newer than anything in the overlay,
       // including blocks a flush in progress is still writing out, which
       // reads would otherwise patch over this write.
-      const uint64_t bs = block_size_;
-      for (uint64_t off = 0; off < req.len; off += bs) {
-        overlay_.erase((req.offset + off) / bs);
-        flushing_.erase((req.offset + off) / bs);
-      }
+      DropFromOverlay(req);
     }
   }
   if (hold) {
@@ -180,10 +248,31 @@ void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
     DoFlush(std::move(done), latency);
     return;
   }
+  if (!through.empty()) {
+    SubmitThrough(std::move(through), std::move(done), latency);
+    return;
+  }
   lower_->Submit(req, [this, req, done = std::move(done), latency](Status st) mutable {
     if (st.ok() && req.op == IoOp::kRead) PatchFromOverlay(req);
     Deliver(std::move(done), std::move(st), latency);
   });
+}
+
+// Submits `parts` below; `done` gets the first error once all have completed
+// (each completion runs on this reactor thread, so the count needs no lock).
+void FaultDevice::SubmitThrough(std::vector<IoRequest> parts, IoDone done, uint64_t latency) {
+  struct Pending {
+    IoDone done;
+    size_t left;
+    Status first_error;
+  };
+  auto p = std::make_shared<Pending>(Pending{std::move(done), parts.size(), Status::OK()});
+  for (const IoRequest& part : parts) {
+    lower_->Submit(part, [this, p, latency](Status st) {
+      if (!st.ok() && p->first_error.ok()) p->first_error = std::move(st);
+      if (--p->left == 0) Deliver(std::move(p->done), std::move(p->first_error), latency);
+    });
+  }
 }
 
 // Writes the overlay's blocks to the device below, then flushes it.

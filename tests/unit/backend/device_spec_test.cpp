@@ -123,6 +123,22 @@ TEST_CASE("wrappers nest: fault over sas over mem") {
   CHECK_THAT(f->Describe(), Catch::Contains("RAM"));
 }
 
+TEST_CASE("fault,tear_unflushed=1,seed=N parses, alone and with the other fault options") {
+  auto reactor = BoundReactor();
+  for (std::string spec :
+       {"fault,tear_unflushed=1,seed=5:mem:1M",
+        "fault,eio=0+4k,eio_p=0.01,latency_us=3,drop_unflushed=1,tear_unflushed=1,seed=5:"
+        "sas:mem:2M"}) {
+    INFO(spec);
+    auto d = OpenDevice(spec);
+    REQUIRE(d.ok());
+    auto* f = dynamic_cast<FaultDevice*>(d->get());
+    REQUIRE(f != nullptr);
+    CHECK(f->config().tear_unflushed);
+    CHECK(f->config().seed == 5);
+  }
+}
+
 TEST_CASE("the spec help mentions every scheme") {
   std::string help = DeviceSpecHelp();
   for (const char* s : {"file:", "mem:", "nbd:", "sas:", "hdd,", "fault,", "drop_unflushed"})

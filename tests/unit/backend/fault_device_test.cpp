@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,29 @@ Status Write(BlockDevice& dev, uint64_t off, uint64_t len, uint64_t seed = 1,
   AlignedBuffer b(len);
   FillPattern(b.data(), len, seed);
   return SyncWrite(dev, off, len, b.data(), flags);
+}
+
+// After a power cut, whether each kTearSector piece of [off, off + now.size())
+// reads back as `now` (the torn write's data); every other piece must read
+// `before`, whole.
+std::vector<bool> SurvivingSectors(BlockDevice& dev, uint64_t off,
+                                   const std::vector<uint8_t>& before,
+                                   const std::vector<uint8_t>& now) {
+  const std::vector<uint8_t> got = ReadBytes(dev, off, now.size());
+  std::vector<bool> survived;
+  const uint64_t end = off + now.size();
+  for (uint64_t pos = off; pos < end;) {
+    const uint64_t next = std::min(end, (pos / kTearSector + 1) * kTearSector);
+    auto same = [&](const std::vector<uint8_t>& v) {
+      return std::equal(got.begin() + (pos - off), got.begin() + (next - off),
+                        v.begin() + (pos - off));
+    };
+    INFO("sector piece " << pos << "+" << next - pos);
+    CHECK((same(now) || same(before)));
+    survived.push_back(same(now));
+    pos = next;
+  }
+  return survived;
 }
 
 }  // namespace
@@ -299,7 +323,7 @@ TEST_CASE("drop_unflushed: a read after a FUA write sees it even while a flush i
 
 TEST_CASE("fault options parse, and bad ones are rejected with the option named") {
   auto c = ParseFaultOptions({"eio=4k+8k", "eio=1M+512", "eio_p=0.5", "ops=w", "latency_us=250",
-                              "drop_unflushed=1", "seed=9"});
+                              "drop_unflushed=1", "tear_unflushed=1", "seed=9"});
   REQUIRE(c.ok());
   REQUIRE(c->eio_ranges.size() == 2);
   CHECK(c->eio_ranges[0].offset == 4096);
@@ -311,6 +335,7 @@ TEST_CASE("fault options parse, and bad ones are rejected with the option named"
   CHECK(c->eio_writes);
   CHECK(c->latency_us == 250);
   CHECK(c->drop_unflushed);
+  CHECK(c->tear_unflushed);
   CHECK(c->seed == 9);
 
   for (auto [opt, word] : std::vector<std::pair<std::string, std::string>>{
@@ -321,6 +346,8 @@ TEST_CASE("fault options parse, and bad ones are rejected with the option named"
            {"ops=x", "ops"},
            {"latency_us=-1", "latency_us"},
            {"drop_unflushed=2", "drop_unflushed"},
+           {"tear_unflushed=2", "tear_unflushed"},
+           {"bogus=1", "tear_unflushed"},  // the known options are listed
            {"bogus=1", "bogus"},
            {"eio", "needs =VALUE"}}) {
     INFO(opt);
@@ -329,4 +356,159 @@ TEST_CASE("fault options parse, and bad ones are rejected with the option named"
     CHECK(r.status().IsInvalidArgument());
     CHECK_THAT(r.status().message(), Catch::Contains(word));
   }
+}
+
+TEST_CASE(
+    "tear_unflushed: power loss keeps some 4 KiB sectors of an unflushed write and loses the "
+    "others") {
+  Fault f("fault,tear_unflushed=1,seed=7:mem:1M");
+  // 512-byte blocks below, and a start that is not on a sector boundary:
+  // the write is still kept or lost in whole 4 KiB sectors.
+  const uint64_t off = 8192 + 1024;
+  auto old_data = Pattern(64 * 1024, 1), new_data = Pattern(64 * 1024, 2);
+  REQUIRE(WriteBytes(*f.dev, off, old_data, kIoFua).ok());
+  REQUIRE(WriteBytes(*f.dev, off, new_data).ok());
+  const uint64_t held = f.dev->unflushed_bytes();
+  f.dev->PowerLoss();
+  CHECK(f.dev->unflushed_bytes() == 0);
+  auto survived = SurvivingSectors(*f.dev, off, old_data, new_data);
+  REQUIRE(survived.size() == 17);
+  auto kept = std::count(survived.begin(), survived.end(), true);
+  CHECK(kept > 0);
+  CHECK(kept < 17);
+  // What was held is exactly what was lost: the first and last pieces are 3 KiB and 1 KiB.
+  uint64_t lost = 0;
+  for (size_t i = 0; i < survived.size(); i++)
+    if (!survived[i]) lost += i == 0 ? 3072 : i == 16 ? 1024 : kTearSector;
+  CHECK(held == lost);
+}
+
+TEST_CASE("tear_unflushed: over many writes about half the sectors survive power loss") {
+  Fault f("fault,tear_unflushed=1,seed=11:mem:4M");
+  const uint64_t n = 1000;
+  for (uint64_t i = 0; i < n; i++) REQUIRE(Write(*f.dev, i * kTearSector, kTearSector, i + 1).ok());
+  f.dev->PowerLoss();
+  uint64_t kept = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    auto got = ReadBytes(*f.dev, i * kTearSector, kTearSector);
+    INFO("sector " << i);
+    CHECK((got == Pattern(kTearSector, i + 1) || IsZero(got.data(), got.size())));
+    kept += got == Pattern(kTearSector, i + 1);
+  }
+  CHECK(kept > 420);  // 500 expected; bounds are > 5 sigma wide
+  CHECK(kept < 580);
+}
+
+TEST_CASE("tear_unflushed: everything written before a completed flush survives power loss") {
+  Fault f("fault,tear_unflushed=1,seed=3:mem:1M");
+  auto a = Pattern(256 * 1024, 1), b = Pattern(64 * 1024, 2);
+  REQUIRE(WriteBytes(*f.dev, 512 * 1024, b, kIoFua).ok());
+  REQUIRE(WriteBytes(*f.dev, 0, a).ok());
+  REQUIRE(SyncIo(*f.dev, {IoOp::kWriteZeroes, 0, 512 * 1024, 64 * 1024, nullptr}).ok());
+  CHECK(f.dev->unflushed_bytes() > 0);
+  REQUIRE(SyncFlush(*f.dev).ok());
+  CHECK(f.dev->unflushed_bytes() == 0);
+  REQUIRE(WriteBytes(*f.dev, 0, Pattern(64 * 1024, 3)).ok());  // after the flush: may tear
+  f.dev->PowerLoss();
+  SurvivingSectors(*f.dev, 0, std::vector<uint8_t>(a.begin(), a.begin() + 64 * 1024),
+                   Pattern(64 * 1024, 3));
+  CHECK(Diff(ReadBytes(*f.dev, 64 * 1024, 192 * 1024),
+             std::vector<uint8_t>(a.begin() + 64 * 1024, a.end())) == "");
+  CHECK(IsZero(ReadBytes(*f.dev, 512 * 1024, 64 * 1024).data(), 64 * 1024));
+}
+
+TEST_CASE("tear_unflushed: a FUA write survives power loss whole, over an unflushed one") {
+  Fault f("fault,tear_unflushed=1,seed=5:mem:1M");
+  auto a = Pattern(64 * 1024, 1), b = Pattern(64 * 1024, 2), c = Pattern(64 * 1024, 3);
+  REQUIRE(WriteBytes(*f.dev, 0, a).ok());  // torn
+  REQUIRE(f.dev->unflushed_bytes() > 0);
+  REQUIRE(WriteBytes(*f.dev, 0, b, kIoFua).ok());  // newer than a's held sectors, which go
+  CHECK(f.dev->unflushed_bytes() == 0);
+  REQUIRE(WriteBytes(*f.dev, 64 * 1024, c, kIoFua).ok());
+  CHECK(Diff(ReadBytes(*f.dev, 0, 64 * 1024), b) == "");
+  f.dev->PowerLoss();
+  CHECK(Diff(ReadBytes(*f.dev, 0, 64 * 1024), b) == "");
+  CHECK(Diff(ReadBytes(*f.dev, 64 * 1024, 64 * 1024), c) == "");
+}
+
+TEST_CASE("tear_unflushed: before the cut, reads see every write whether held or written through") {
+  Fault f("fault,tear_unflushed=1,seed=9:mem:1M");
+  const uint64_t span = 64 * 1024;
+  std::vector<uint8_t> expect(span, 0);
+  // Rewrites of one range, each torn differently: every sector meets every
+  // order of held and written-through copies.
+  for (uint64_t i = 1; i <= 8; i++) {
+    const uint64_t off = i % 2 ? 0 : 4096 + 512, len = i % 2 ? span : span / 2;
+    auto data = Pattern(len, i);
+    REQUIRE(WriteBytes(*f.dev, off, data).ok());
+    std::copy(data.begin(), data.end(), expect.begin() + off);
+    INFO("after write " << i);
+    CHECK(Diff(ReadBytes(*f.dev, 0, span), expect) == "");
+  }
+  REQUIRE(SyncIo(*f.dev, {IoOp::kWriteZeroes, 0, 8192, 16384, nullptr}).ok());
+  REQUIRE(SyncIo(*f.dev, {IoOp::kDiscard, 0, 32768, 8192 + 512, nullptr}).ok());
+  std::fill(expect.begin() + 8192, expect.begin() + 8192 + 16384, 0);
+  std::fill(expect.begin() + 32768, expect.begin() + 32768 + 8192 + 512, 0);
+  CHECK(Diff(ReadBytes(*f.dev, 0, span), expect) == "");
+}
+
+TEST_CASE(
+    "tear_unflushed: a sector written through is not overwritten at flush by an older held copy") {
+  Fault f("fault,tear_unflushed=1,seed=1:mem:1M");
+  // Rewrite one sector until a held copy is followed by a write that goes through.
+  uint64_t seed = 0;
+  bool held_then_through = false;
+  while (!held_then_through && seed < 64) {
+    bool was_held = f.dev->unflushed_bytes() > 0;
+    REQUIRE(Write(*f.dev, 0, kTearSector, ++seed).ok());
+    held_then_through = was_held && f.dev->unflushed_bytes() == 0;
+  }
+  REQUIRE(held_then_through);
+  CHECK(Diff(ReadBytes(*f.dev, 0, kTearSector), Pattern(kTearSector, seed)) == "");
+  REQUIRE(SyncFlush(*f.dev).ok());
+  f.dev->PowerLoss();
+  CHECK(Diff(ReadBytes(*f.dev, 0, kTearSector), Pattern(kTearSector, seed)) == "");
+}
+
+TEST_CASE("tear_unflushed: unflushed write-zeroes and discards are torn too") {
+  for (IoOp op : {IoOp::kWriteZeroes, IoOp::kDiscard}) {
+    INFO(IoOpName(op));
+    Fault f("fault,tear_unflushed=1,seed=13:mem:1M");
+    auto old_data = Pattern(64 * 1024, 1);
+    REQUIRE(WriteBytes(*f.dev, 0, old_data, kIoFua).ok());
+    REQUIRE(SyncIo(*f.dev, {op, 0, 0, 64 * 1024, nullptr}).ok());
+    CHECK(IsZero(ReadBytes(*f.dev, 0, 64 * 1024).data(), 64 * 1024));
+    f.dev->PowerLoss();
+    auto survived = SurvivingSectors(*f.dev, 0, old_data, std::vector<uint8_t>(64 * 1024, 0));
+    auto kept = std::count(survived.begin(), survived.end(), true);
+    CHECK(kept > 0);
+    CHECK(kept < 16);
+  }
+}
+
+TEST_CASE("tear_unflushed: the same seed tears the same sectors, another seed others") {
+  auto run = [](const std::string& spec) {
+    Fault f(spec);
+    auto data = Pattern(256 * 1024, 1);
+    REQUIRE(WriteBytes(*f.dev, 0, data).ok());
+    f.dev->PowerLoss();
+    return SurvivingSectors(*f.dev, 0, std::vector<uint8_t>(data.size(), 0), data);
+  };
+  auto a = run("fault,tear_unflushed=1,seed=42:mem:1M");
+  auto b = run("fault,tear_unflushed=1,seed=42:mem:1M");
+  auto c = run("fault,tear_unflushed=1,seed=43:mem:1M");
+  CHECK(a == b);
+  CHECK(a != c);
+}
+
+TEST_CASE("tear_unflushed is refused over a device whose blocks do not divide its 4 KiB sector") {
+  FaultConfig c;
+  c.tear_unflushed = true;
+  CHECK(CheckFaultConfig(c, 512).ok());
+  CHECK(CheckFaultConfig(c, 4096).ok());
+  Status st = CheckFaultConfig(c, 8192);
+  CHECK(st.IsInvalidArgument());
+  CHECK_THAT(st.message(), Catch::Contains("tear_unflushed"));
+  CHECK_THAT(st.message(), Catch::Contains("8192"));
+  CHECK(CheckFaultConfig(FaultConfig{}, 8192).ok());
 }
