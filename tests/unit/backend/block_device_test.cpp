@@ -1,6 +1,6 @@
 // The BlockDevice contract, checked on every kind of device: RAM, a file
-// through io_uring, a real nbdkit export, fault injection (plain and holding
-// unflushed writes) and the spindle models.
+// through io_uring, a real nbdkit export, fault injection (plain, holding and
+// tearing unflushed writes) and the spindle models.
 #include "backend/block_device.h"
 
 #include <catch2/catch.hpp>
@@ -21,7 +21,7 @@ namespace {
 
 auto AllKinds() {
   return Catch::Generators::values<std::string>(
-      {"mem", "file", "nbd", "fault", "fault-drop", "sas", "hdd"});
+      {"mem", "file", "nbd", "fault", "fault-drop", "fault-tear", "sas", "hdd"});
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ struct TestDevice {
 
 constexpr uint64_t kTestDeviceSize = 64ull << 20;
 
-// Kinds: mem, file, nbd, fault, fault-drop, sas, hdd — each 64 MiB.
+// Kinds: mem, file, nbd, fault, fault-drop, fault-tear, sas, hdd — each 64 MiB.
 inline TestDevice MakeTestDevice(const std::string& kind) {
   TestDevice t;
   t.kind = kind;
@@ -148,6 +148,8 @@ inline TestDevice MakeTestDevice(const std::string& kind) {
     spec = "fault:mem:64M";
   } else if (kind == "fault-drop") {
     spec = "fault,drop_unflushed=1:mem:64M";
+  } else if (kind == "fault-tear") {
+    spec = "fault,tear_unflushed=1,seed=7:mem:64M";
   } else if (kind == "sas") {
     spec = "sas:mem:64M";
   } else if (kind == "hdd") {
