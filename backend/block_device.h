@@ -119,7 +119,8 @@ struct OpenOptions {
 //   nbd:URI                           remote NBD export through libnbd
 //   sas:SPEC                          10k rpm SAS spindle model over SPEC
 //   hdd[,rpm=R][,seek_ms=S][,mbps=M][,seed=N]:SPEC   spindle model, tuned
-//   fault[,eio=OFF+LEN][,eio_p=P][,latency_us=N][,drop_unflushed=1]:SPEC
+//   fault[,eio=OFF+LEN][,eio_p=P][,ops=r|w|rw][,latency_us=N][,drop_unflushed=1]
+//        [,tear_unflushed=1][,seed=N]:SPEC   faults; tear_unflushed tears unflushed writes
 // Errors name the spec: "bad device spec 'mem:xyz': bad size 'xyz' ...".
 Result<std::unique_ptr<BlockDevice>> OpenDevice(std::string_view spec, const OpenOptions& opts = {});
 

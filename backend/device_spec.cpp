@@ -143,8 +143,9 @@ const char* DeviceSpecHelp() {
   sas:SPEC              a 10k rpm SAS spindle (3.5 ms seek, 180 MB/s) modelled over SPEC
   hdd,rpm=R,seek_ms=S,mbps=M,seed=N:SPEC
                         a spindle model with your numbers
-  fault,eio=OFF+LEN,eio_p=P,ops=r|w|rw,latency_us=N,drop_unflushed=1:SPEC
-                        error and latency injection over SPEC
+  fault,eio=OFF+LEN,eio_p=P,ops=r|w|rw,latency_us=N,drop_unflushed=1,tear_unflushed=1,seed=N:SPEC
+                        error and latency injection over SPEC; tear_unflushed=1
+                        loses a random half of unflushed 4 KiB sectors at a power cut
 )";
 }
 

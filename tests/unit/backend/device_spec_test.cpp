@@ -141,6 +141,7 @@ TEST_CASE("fault,tear_unflushed=1,seed=N parses, alone and with the other fault 
 
 TEST_CASE("the spec help mentions every scheme") {
   std::string help = DeviceSpecHelp();
-  for (const char* s : {"file:", "mem:", "nbd:", "sas:", "hdd,", "fault,", "drop_unflushed"})
+  for (const char* s :
+       {"file:", "mem:", "nbd:", "sas:", "hdd,", "fault,", "drop_unflushed", "tear_unflushed"})
     CHECK_THAT(help, Catch::Contains(s));
 }
