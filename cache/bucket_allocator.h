@@ -102,6 +102,9 @@ class BucketAllocator {
   // once the write of that space has completed (or failed). A bucket with
   // writes in flight is never reclaimed: a late write must not land on data
   // the bucket's next owner wrote.
+  // Writeback reading a bucket's dirty data: the same count, so the bucket
+  // stays put until the matching WriteDone.
+  void Pin(uint32_t bucket) { inflight_[bucket].fetch_add(1, std::memory_order_acq_rel); }
   void WriteDone(uint32_t bucket) {
     inflight_[bucket].fetch_sub(1, std::memory_order_release);
   }

@@ -67,12 +67,22 @@ struct CachedDevice::ReadOp {
 };
 
 CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
-                           BlockDevice* backing)
+                           BlockDevice* backing, BackingSuper* super)
     : BlockDevice(std::move(spec), UsableSize(backing, BlockSizeFor(backing, set->cache_dev())),
                   BlockSizeFor(backing, set->cache_dev()), backing->read_only()),
       set_(set),
       dev_(dev_index),
-      backing_(backing) {}
+      backing_(backing),
+      super_(super) {
+  if (super_ && set_->persistent() && !backing->read_only()) {
+    dirty_ok_ = super_->state() == BackingState::kDirty;
+    writeback_ = std::make_unique<Writeback>(this);
+    writeback_->Start();
+    can_writeback_ = true;
+  }
+}
+
+CachedDevice::~CachedDevice() { writeback_.reset(); }
 
 std::string CachedDevice::Describe() const {
   return backing_->Describe() + " cached on " + set_->cache_dev()->spec() + " (" +
@@ -117,6 +127,7 @@ Status CachedDevice::Attach() {
 }
 
 void CachedDevice::DoSubmit(const IoRequest& req, IoDone done) {
+  last_request_ns_.store(NowNanos(), std::memory_order_relaxed);
   if (!attached() && req.op == IoOp::kRead) {
     backing_->Submit(req, std::move(done));  // detached: the index is not ours to read
     return;
@@ -154,6 +165,7 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
   op->pending++;
   uint8_t* dst = static_cast<uint8_t*>(op->req.buf) + (start - op->req.offset);
   bool fill = !op->bypass && !was_hit;
+  last_backing_read_ns_.store(NowNanos(), std::memory_order_relaxed);
   backing_->Read(start, len, dst, [this, op, start, len, dst, fill](Status st) {
     // Fill after the client has its data: copy now, the buffer is theirs.
     if (st.ok() && fill) Fill(start, len, dst, op->since);
@@ -247,6 +259,13 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
         set_->congestion().Observe((now - t0) / 1000,
                                    set_->knobs().congested_read_threshold_us.load(std::memory_order_relaxed),
                                    now / 1000);
+        // A dirty extent is the only copy: its read error is the client's
+        // (never the stale backing data).
+        if (!st.ok() && ex.dirty) {
+          UB_WARN("{}: cache read of dirty data failed: {}", spec_, st.ToString());
+          PieceDone(op, std::move(st));
+          return;
+        }
         // Only cache read errors are recoverable: fall back to the backing
         // device, and if the bucket was reused meanwhile, the same.
         if (!st.ok() || !set_->buckets().Valid(ex.cache_offset, ex.gen)) {
@@ -276,7 +295,8 @@ void CachedDevice::Fill(uint64_t start, uint64_t len, const uint8_t* data, uint6
     size_t cap = 0;
     uint8_t* copy = BufferPool::ForThread().Get(n, &cap);
     std::memcpy(copy, data + off, n);
-    Extent e{dev_, start + off, n, space->cache_offset, space->gen, false};
+    Extent e{.dev = dev_, .start = start + off, .len = n, .cache_offset = space->cache_offset,
+             .gen = space->gen, .dirty = false};
     set_->cache_dev()->Write(e.cache_offset, n, copy, 0, [this, e, since, copy, cap](Status st) {
       BufferPool::ForThread().Put(copy, cap);
       set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
@@ -294,6 +314,200 @@ void CachedDevice::Fill(uint64_t start, uint64_t len, const uint8_t* data, uint6
   }
 }
 
+void CachedDevice::Finish(IoDone done, Status st, bool commit) {
+  if (!commit || !st.ok()) {
+    done(std::move(st));
+    return;
+  }
+  set_->CommitAsync(std::move(done));
+}
+
+bool CachedDevice::ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass) {
+  // bcache's should_writeback, with the cutoffs as percent of the cache in
+  // use (dirty or metadata).
+  CacheKnobs& k = set_->knobs();
+  unsigned in_use = set_->in_use_percent();
+  if (in_use > k.cutoff_writeback_sync.load(std::memory_order_relaxed)) return false;
+  // A write over dirty data never bypasses: the dirty copy would otherwise
+  // be the newer one in the index while the backing device got the write.
+  if (overlaps_dirty) return true;
+  if (bypass) return false;
+  if (req.flags & kIoFua) return true;  // sync writes: up to the sync cutoff
+  return in_use <= k.cutoff_writeback.load(std::memory_order_relaxed);
+}
+
+void CachedDevice::RegisterWriteback(uint64_t start, uint64_t end) {
+  std::lock_guard<std::mutex> l(wb_mu_);
+  wb_ranges_.emplace_back(start, end);
+  wb_count_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void CachedDevice::ReleaseWriteback(uint64_t start, uint64_t end) {
+  std::vector<Waiter> ready;
+  {
+    std::lock_guard<std::mutex> l(wb_mu_);
+    auto it = std::find(wb_ranges_.begin(), wb_ranges_.end(), std::make_pair(start, end));
+    if (it != wb_ranges_.end()) wb_ranges_.erase(it);
+    wb_count_.fetch_sub(1, std::memory_order_seq_cst);
+    for (size_t i = 0; i < wb_waiters_.size();) {
+      Waiter& w = wb_waiters_[i];
+      bool blocked = std::any_of(wb_ranges_.begin(), wb_ranges_.end(),
+                                 [&](const auto& r) { return r.first < w.end && w.start < r.second; });
+      if (blocked) {
+        i++;
+        continue;
+      }
+      ready.push_back(std::move(w));
+      wb_waiters_.erase(wb_waiters_.begin() + static_cast<long>(i));
+    }
+  }
+  for (Waiter& w : ready) w.reactor->Post(std::move(w.fn));
+}
+
+void CachedDevice::AfterWriteback(uint64_t start, uint64_t end, Callback<void()> fn) {
+  // The caller invalidated the range before this (seq_cst) load: either the
+  // writeback thread's later lookup no longer finds the old extents, or its
+  // registration is seen here (Writeback::Pass registers, then looks up).
+  if (wb_count_.load(std::memory_order_seq_cst) != 0) {
+    std::lock_guard<std::mutex> l(wb_mu_);
+    bool blocked = std::any_of(wb_ranges_.begin(), wb_ranges_.end(),
+                               [&](const auto& r) { return r.first < end && start < r.second; });
+    if (blocked) {
+      wb_waiters_.push_back({start, end, Reactor::Current(), std::move(fn)});
+      return;
+    }
+  }
+  fn();
+}
+
+void CachedDevice::SetDirtyOk(bool ok) {
+  std::vector<Waiter> ready;
+  {
+    std::lock_guard<std::mutex> l(wb_mu_);
+    dirty_ok_.store(ok, std::memory_order_seq_cst);
+    if (ok || !want_dirty_.load()) ready.swap(dirty_waiters_);
+  }
+  for (Waiter& w : ready) w.reactor->Post(std::move(w.fn));
+}
+
+void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
+  // Nothing stale may be read from the cache while this write is in flight.
+  uint64_t removed_dirty = 0;
+  Status st = set_->index().Invalidate(dev_, req.offset, req.len, &removed_dirty);
+  if (!st.ok()) {
+    CompleteLater(std::move(done), st);
+    return;
+  }
+  CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
+  bool seq_bypass = !attached() || ShouldBypass(req, true);  // once: it feeds the stream detector
+  if (attached() && mode == CacheMode::kWriteback && writeback_ &&
+      ShouldWriteback(req, removed_dirty > 0, seq_bypass) && WriteBack(req, done))
+    return;
+  // A write over dirty data is cached even when it goes through (bcache).
+  bool bypass = !attached() || (seq_bypass && !(mode == CacheMode::kWriteback && removed_dirty > 0));
+  // In the writeback path WriteBack gave `done` back when it could not take the write.
+  WriteThrough(req, std::move(done), bypass, removed_dirty);
+}
+
+struct WriteBackOp {
+  IoRequest req;
+  IoDone done;
+  int pending = 1;
+  bool ok = true;
+  std::vector<Extent> extents;
+};
+
+bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
+  // The handshake with Writeback::StateTransitions: counted first, then the
+  // state read (both seq_cst), so the thread never marks the backing
+  // superblock clean under a write it did not see.
+  dirty_inflight_.fetch_add(1, std::memory_order_seq_cst);
+  if (!dirty_ok_.load(std::memory_order_seq_cst)) {
+    // `dirty` must be durable on the backing device before the first dirty
+    // write is acknowledged: wait for the writeback thread to write it,
+    // then start this write again.
+    std::lock_guard<std::mutex> l(wb_mu_);
+    if (!dirty_ok_.load(std::memory_order_seq_cst)) {
+      IoRequest r = req;
+      dirty_waiters_.push_back({0, 0, Reactor::Current(), [this, r, d = std::move(done)]() mutable {
+                                  dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
+                                  DoWrite(r, std::move(d));
+                                }});
+      want_dirty_ = true;
+      writeback_->Kick();
+      return true;
+    }
+  }
+  const uint64_t bucket = set_->options().bucket_size;
+  ReplacementPolicy policy = set_->knobs().replacement.load(std::memory_order_relaxed);
+  auto* op = new WriteBackOp();
+  op->req = req;
+  for (uint64_t off = 0; off < req.len; off += bucket) {
+    uint64_t n = std::min(bucket, req.len - off);
+    auto space = set_->buckets().Allocate(Reactor::Current()->id(), n, policy);
+    if (!space.ok()) {
+      // The cache is full of what it cannot drop: write through instead
+      // (never an error for the client, never a wait without bound).
+      for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
+      delete op;
+      dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
+      return false;
+    }
+    op->extents.push_back(Extent{.dev = dev_,
+                                 .start = req.offset + off,
+                                 .len = n,
+                                 .cache_offset = space->cache_offset,
+                                 .gen = space->gen,
+                                 .dirty = true});
+  }
+  op->done = std::move(done);
+  auto finish = [this, op]() {
+    if (--op->pending > 0) return;
+    Status result;
+    if (op->ok) {
+      // The data is on the cache device: insert it dirty. It is durable
+      // with the next commit (FLUSH, FUA, or journal_delay_ms).
+      for (const Extent& e : op->extents) {
+        Status ist = set_->index().Insert(e);
+        if (!ist.ok() && result.ok()) result = ist;
+      }
+    } else {
+      result = Status::IoError("cache device write failed");
+    }
+    if (!result.ok()) (void)set_->index().Invalidate(dev_, op->req.offset, op->req.len);
+    dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
+    IoRequest req = op->req;
+    IoDone d = std::move(op->done);
+    bool fua = req.flags & kIoFua;
+    delete op;
+    if (!result.ok()) {
+      // The cache could not take it: the backing device still can.
+      UB_WARN("{}: writeback write failed ({}); writing through", spec_, result.ToString());
+      WriteThrough(req, std::move(d), true, 0);
+      return;
+    }
+    // FUA: its data and the journal entry that finds it are durable first.
+    Finish(std::move(d), Status::OK(), fua);
+  };
+  for (const Extent& e : op->extents) {
+    op->pending++;
+    uint64_t t0 = NowNanos();
+    set_->cache_dev()->Write(e.cache_offset, e.len, static_cast<uint8_t*>(req.buf) + (e.start - req.offset), 0,
+                             [this, op, finish, t0, b = set_->buckets().BucketOf(e.cache_offset)](Status st) mutable {
+                               set_->buckets().WriteDone(b);
+                               uint64_t now = NowNanos();
+                               set_->congestion().Observe(
+                                   (now - t0) / 1000,
+                                   set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed),
+                                   now / 1000);
+                               if (!st.ok()) op->ok = false;
+                               finish();
+                             });
+  }
+  finish();
+  return true;
+}
+
 // ---- writes ----
 
 struct CachedDevice::WriteOp {
@@ -302,20 +516,19 @@ struct CachedDevice::WriteOp {
   int pending = 1;
   Status backing_status;
   bool cache_ok = true;
+  bool commit = false;
   std::vector<Extent> extents;  // written to the cache, to insert when all is done
 };
 
-void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
-  bool bypass = !attached() || ShouldBypass(req, true);
-  // Nothing stale may be read from the cache while this write is in flight.
-  Status st = set_->index().Invalidate(dev_, req.offset, req.len);
-  if (!st.ok()) {
-    CompleteLater(std::move(done), st);
-    return;
-  }
+void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, uint64_t removed_dirty) {
   auto* op = new WriteOp();
   op->req = req;
   op->done = std::move(done);
+  // Durability of what the index forgot: a FUA write, or one that replaced
+  // dirty data, is acknowledged only once the invalidation is committed —
+  // else a crash would replay the old copy (and writeback write it over
+  // this one).
+  op->commit = set_->persistent() && (removed_dirty > 0 || (req.flags & kIoFua));
   auto finish = [this, op]() {
     if (--op->pending > 0) return;
     if (op->backing_status.ok() && op->cache_ok && !op->extents.empty()) {
@@ -326,20 +539,18 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
     } else {
       // Bypassed, failed, or cache copy incomplete: drop whatever may have
       // been cached meanwhile (fills of racing misses included).
-      (void)set_->index().Invalidate(dev_, op->req.offset, op->req.len);
+      uint64_t more = 0;
+      Status ist = set_->index().Invalidate(dev_, op->req.offset, op->req.len, &more);
+      if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
+      if (more) op->commit = set_->persistent();
     }
     IoDone d = std::move(op->done);
     Status result = std::move(op->backing_status);
+    bool commit = op->commit;
     delete op;
-    d(std::move(result));
+    Finish(std::move(d), std::move(result), commit);
   };
   if (bypass) stats_.CountBypassed(req.len);
-  op->pending++;
-  backing_->Write(req.offset, req.len, req.buf, req.flags,
-                  [op, finish](Status st) mutable {
-                    op->backing_status = std::move(st);
-                    finish();
-                  });
   if (!bypass) {
     const uint64_t bucket = set_->options().bucket_size;
     ReplacementPolicy policy = set_->knobs().replacement.load(std::memory_order_relaxed);
@@ -350,7 +561,8 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
         op->cache_ok = false;
         break;
       }
-      Extent e{dev_, req.offset + off, n, space->cache_offset, space->gen, false};
+      Extent e{.dev = dev_, .start = req.offset + off, .len = n, .cache_offset = space->cache_offset,
+               .gen = space->gen, .dirty = false};
       op->extents.push_back(e);
       op->pending++;
       uint64_t t0 = NowNanos();
@@ -367,13 +579,26 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
                                });
     }
   }
+  // The backing write waits for any writeback of the range in flight, so
+  // writeback's older copy never lands after it.
+  op->pending++;
+  AfterWriteback(req.offset, req.offset + req.len, [this, op, finish]() mutable {
+    backing_->Write(op->req.offset, op->req.len, op->req.buf, op->req.flags,
+                    [op, finish](Status st) mutable {
+                      op->backing_status = std::move(st);
+                      finish();
+                    });
+  });
   finish();
 }
 
 void CachedDevice::DoFlush(IoDone done) {
+  // Like a disk's volatile cache: every write acknowledged before this is
+  // durable when it returns — backing device flushed, cache device flushed,
+  // and the journal committed (which flushes the cache device first).
   struct FlushOp {
     IoDone done;
-    int pending = 2;
+    int pending = 3;
     Status status;
   };
   auto* op = new FlushOp();
@@ -388,17 +613,25 @@ void CachedDevice::DoFlush(IoDone done) {
   };
   backing_->Flush(part);
   set_->cache_dev()->Flush(part);
+  set_->CommitAsync(part);
 }
 
 void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
-  Status st = set_->index().Invalidate(dev_, req.offset, req.len);
+  uint64_t removed_dirty = 0;
+  Status st = set_->index().Invalidate(dev_, req.offset, req.len, &removed_dirty);
   if (!st.ok()) {
     CompleteLater(std::move(done), st);
     return;
   }
-  backing_->Submit(req, [this, req, done = std::move(done)](Status st2) mutable {
-    (void)set_->index().Invalidate(dev_, req.offset, req.len);
-    done(std::move(st2));
+  AfterWriteback(req.offset, req.offset + req.len, [this, req, removed_dirty, done = std::move(done)]() mutable {
+    backing_->Submit(req, [this, req, removed_dirty, done = std::move(done)](Status st2) mutable {
+      uint64_t more = 0;
+      Status ist = set_->index().Invalidate(dev_, req.offset, req.len, &more);
+      if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
+      // Discarding dirty data: the invalidation is durable before the ack,
+      // so no replay brings the old copy back over the discarded range.
+      Finish(std::move(done), std::move(st2), set_->persistent() && removed_dirty + more > 0);
+    });
   });
 }
 

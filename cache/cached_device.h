@@ -15,7 +15,8 @@
 // extent once both have it, then acknowledges; writearound, none and
 // bypassed writes go to the backing device only and invalidate again when
 // done (killing fills of misses that read the old data meanwhile).
-// (writeback is the next issue; until then it behaves as writethrough.)
+// writeback (a formatted backing device and cache only; otherwise it acts
+// as writethrough): see WriteBack below and cache/writeback.h.
 //
 // Bypass: bcache's check_should_bypass — a request whose stream (see
 // SequentialDetector) reaches sequential_cutoff, or the congested cutoff
@@ -36,8 +37,13 @@
 #include <array>
 #include <memory>
 
+#include <mutex>
+#include <vector>
+
 #include "backend/block_device.h"
+#include "cache/backing_super.h"
 #include "cache/cache_set.h"
+#include "cache/writeback.h"
 #include "cache/sequential_detector.h"
 #include "cache/stats.h"
 
@@ -46,8 +52,20 @@ namespace ubcache {
 class CachedDevice final : public BlockDevice {
  public:
   // Client byte N is byte N of `backing` (an OffsetDevice past a superblock).
-  CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index, BlockDevice* backing);
+  // `super`: the backing device's superblock, when it is formatted; with a
+  // formatted cache it enables writeback (a thread per device).
+  CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index, BlockDevice* backing,
+               BackingSuper* super = nullptr);
+  ~CachedDevice() override;
   std::string Describe() const override;
+  // Writeback needs somewhere durable to keep dirty data and its state:
+  // a formatted cache and a formatted backing device.
+  bool can_writeback() const { return can_writeback_; }
+  Writeback* writeback() { return writeback_.get(); }
+  // Before the cache set's Shutdown: no writeback I/O may run under it.
+  void StopWriteback() { writeback_.reset(); }
+  uint64_t dirty_bytes() { return set_->index().DirtyBytes(dev_); }
+  uint32_t dev_index() const { return dev_; }
 
   CacheStats& stats() { return stats_; }
   Status Detach();
@@ -63,11 +81,31 @@ class CachedDevice final : public BlockDevice {
   void DoPrefetch(uint64_t offset, uint64_t len, IoDone done) override;
 
  private:
+  friend class Writeback;
   struct ReadOp;
   struct WriteOp;
+  struct Waiter {
+    uint64_t start, end;  // the range it waits for (writeback ranges)
+    Reactor* reactor;
+    Callback<void()> fn;
+  };
   bool ShouldBypass(const IoRequest& req, bool write);
   void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);
   void DoWrite(const IoRequest& req, IoDone done);
+  // The writethrough/writearound/bypass write, after the range was
+  // invalidated (`removed_dirty` bytes of dirty data with it).
+  void WriteThrough(const IoRequest& req, IoDone done, bool bypass, uint64_t removed_dirty);
+  // The writeback write: data to the cache only, inserted dirty; false when
+  // it cannot be taken (no space): the caller writes through instead.
+  bool WriteBack(const IoRequest& req, IoDone& done);
+  bool ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass);
+  // Runs fn (on this reactor) once no writeback write overlaps [start, end).
+  void AfterWriteback(uint64_t start, uint64_t end, Callback<void()> fn);
+  void RegisterWriteback(uint64_t start, uint64_t end);
+  void ReleaseWriteback(uint64_t start, uint64_t end);
+  void SetDirtyOk(bool ok);
+  // Acknowledges `done` with `st`, after a commit when `commit`.
+  void Finish(IoDone done, Status st, bool commit);
   void DoFlush(IoDone done);
   void DoDiscard(const IoRequest& req, IoDone done);
   // Copies [start, start+len) of `data` into the cache and inserts it if
@@ -85,6 +123,25 @@ class CachedDevice final : public BlockDevice {
   CacheStats stats_;
   std::atomic<bool> attached_{true};
   std::array<std::unique_ptr<SequentialDetector>, Reactor::kMaxReactors> detectors_;
+  BackingSuper* const super_;
+  std::atomic<uint64_t> last_request_ns_{0};       // any client request
+  std::atomic<uint64_t> last_backing_read_ns_{0};  // a miss read the backing device
+  // The backing superblock is durably dirty: writeback-mode writes may be
+  // acknowledged. Cleared by the writeback thread while it marks it clean;
+  // dirty_inflight_ counts writeback-mode writes between that check and
+  // their insert (the other half of the handshake, Writeback::StateTransitions).
+  std::atomic<bool> dirty_ok_{false};
+  std::atomic<bool> want_dirty_{false};
+  std::atomic<uint64_t> dirty_inflight_{0};
+  // Ranges the writeback thread is writing to the backing device, and the
+  // foreground backing writes waiting for them; writes waiting for dirty_ok_.
+  std::mutex wb_mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> wb_ranges_;  // under wb_mu_
+  std::vector<Waiter> wb_waiters_;                         // under wb_mu_
+  std::vector<Waiter> dirty_waiters_;                      // under wb_mu_
+  std::atomic<uint32_t> wb_count_{0};                      // wb_ranges_.size()
+  bool can_writeback_ = false;
+  std::unique_ptr<Writeback> writeback_;  // last: stopped before the rest goes
 };
 
 }  // namespace ubcache

@@ -68,15 +68,22 @@ std::string Controller::Show(const Target& t, bool json, std::optional<Group> on
 std::string Controller::Metrics() const { return RenderMetrics(targets_); }
 
 Result<std::string> Controller::Flush(const Target& t, const Progress& progress) {
-  // No writeback yet, so nothing is ever dirty: report the one progress line
-  // a real flush would print first, flush both devices, and return.
+  // bcache's writeback drain, then a flush of both devices: everything the
+  // client wrote is on the backing device's media when this returns.
   uint64_t t0 = NowNanos();
-  progress("flush " + t.name + ": " + FormatSize(0) + " dirty left, " + FormatSize(0) + "/s");
+  uint64_t before = t.device->dirty_bytes();
+  if (Writeback* wb = t.device->writeback()) {
+    Status st = wb->Drain(progress);
+    if (!st.ok()) return Status::IoError("flush " + t.name + ": " + st.message());
+  } else {
+    progress("flush " + t.name + ": " + FormatSize(0) + " dirty left, " + FormatSize(0) + "/s");
+  }
   Status st = SyncFlush(*t.device);
   if (!st.ok()) return Status::IoError("flush " + t.name + ": " + st.message());
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.1f s", static_cast<double>(NowNanos() - t0) / 1e9);
-  return "flush " + t.name + ": clean, " + FormatSize(0) + " dirty, " + elapsed;
+  return "flush " + t.name + ": clean, " + FormatSize(before) + " written back, " + FormatSize(t.device->dirty_bytes()) +
+         " dirty, " + elapsed;
 }
 
 Result<std::string> Controller::Detach(const Target& t, const Progress& progress) {
@@ -189,35 +196,31 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
            "\nSectors per Q:\t" + std::to_string(sectors) + "\nQuantiles:\t[" + q + "]\n";
   }
   if (r.command == "dirty-data") {
-    return json ? std::string("{\"dirty_data\":0}\n") : std::string("0\n");  // no writeback yet: never dirty
+    uint64_t d = t.device->dirty_bytes();
+    return json ? "{\"dirty_data\":" + std::to_string(d) + "}\n" : std::to_string(d) + "\n";
   }
   if (r.command == "writeback-rate-debug") {
-    // bcache's writeback_rate_debug. Until writeback lands the controller
-    // does not run: dirty is 0, so the PI terms are 0 and the rate stays at
-    // its setting. target is this device's share of writeback_percent of the
-    // cache, as bcache computes it.
-    CacheKnobs& k = t.set->knobs();
-    BucketAllocator::Usage u = t.set->buckets().usage();
-    uint64_t cache_bytes = (u.buckets - u.reserved) * t.set->options().bucket_size;
-    uint64_t all = 0;
-    for (const Target& x : targets_) all += x.device->size();
-    double share = all ? static_cast<double>(t.device->size()) / static_cast<double>(all) : 1;
-    uint64_t target = static_cast<uint64_t>(static_cast<double>(cache_bytes) * k.writeback_percent.load() / 100 * share);
-    uint64_t rate = k.writeback_rate.load();
+    // bcache's writeback_rate_debug, from the writeback thread's last update.
+    Writeback::RateDebug d{};
+    if (Writeback* wb = t.device->writeback()) d = wb->rate_debug();
+    else d.rate = t.set->knobs().writeback_rate.load();
     Listing l(json);
     if (json) {
-      l.Add("rate", Value::Int(rate));
-      l.Add("dirty", Value::Int(0));
-      l.Add("target", Value::Int(target));
-      l.Add("proportional", Value::Int(0));
-      l.Add("integral", Value::Int(0));
-      l.Add("change", Value::Int(0));
-      l.Add("next_io", Value::Int(0));
+      l.Add("rate", Value::Int(d.rate));
+      l.Add("dirty", Value::Int(d.dirty));
+      l.Add("target", Value::Int(d.target));
+      l.Add("proportional", Value::Int(d.proportional));
+      l.Add("integral", Value::Int(d.integral));
+      l.Add("fragment", Value::Int(d.fragment));
+      l.Add("change", Value::Int(d.change));
+      l.Add("next_io", Value::Int(d.next_io_ms));
       return l.Done();
     }
-    return "rate:\t\t" + FormatSize(rate) + "/sec\ndirty:\t\t" + FormatSize(0) + "\ntarget:\t\t" + FormatSize(target) +
-           "\nproportional:\t" + FormatSize(0) + "\nintegral:\t" + FormatSize(0) + "\nchange:\t\t" + FormatSize(0) +
-           "/sec\nnext io:\t0ms\n";
+    auto sz = [](int64_t v) { return (v < 0 ? "-" : "") + FormatSize(static_cast<uint64_t>(v < 0 ? -v : v)); };
+    return "rate:\t\t" + FormatSize(d.rate) + "/sec\ndirty:\t\t" + FormatSize(d.dirty) + "\ntarget:\t\t" +
+           FormatSize(d.target) + "\nproportional:\t" + sz(d.proportional) + "\nintegral:\t" + sz(d.integral) +
+           "\nfragment:\t" + sz(d.fragment) + "\nchange:\t\t" + sz(d.change) + "/sec\nnext io:\t" +
+           std::to_string(d.next_io_ms) + "ms\n";
   }
   if (r.command == "clear-stats") {
     t.device->stats().Clear();

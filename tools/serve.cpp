@@ -311,7 +311,11 @@ int ServeMain(int argc, char** argv) {
       }
       cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(),
                                                       set->DeviceNumber(uuid, attached),
-                                                      backings[i].get()));
+                                                      backings[i].get(),
+                                                      set->persistent() ? supers[i].get() : nullptr));
+      if (set->knobs().cache_mode.load() == CacheMode::kWriteback && !cached.back()->can_writeback())
+        UB_WARN("{}: writeback needs a formatted cache and backing device (ubcache format); "
+                "writes go writethrough", backing_specs[i]);
     }
   }
 
@@ -357,6 +361,7 @@ int ServeMain(int argc, char** argv) {
   }
   if (ctl) ctl->Stop();
   for (size_t i = 0; i < cached.size(); i++) LogStats(names[i], *cached[i]);
+  for (auto& c : cached) c->StopWriteback();  // dirty data stays dirty, and durable
   if (set) {
     // Every request has finished (the server drained): save the index.
     Status sst = set->Shutdown();

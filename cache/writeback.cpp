@@ -1,0 +1,365 @@
+#include "cache/writeback.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "backend/sync_io.h"
+#include "cache/cached_device.h"
+#include "util/aligned_buffer.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/size.h"
+#include "util/thread.h"
+
+namespace ubcache {
+
+namespace {
+constexpr uint64_t kNs = 1'000'000'000;
+constexpr uint64_t kMaxRate = uint64_t{1} << 40;  // "no limit", bytes/s
+constexpr uint64_t kMaxBackoffNs = 30 * kNs;
+// bcache's fragmentation thresholds (percent of the cache in use) and terms.
+constexpr unsigned kFragLow = 50, kFragMid = 57, kFragHigh = 64;
+constexpr int64_t kFpTermLow = 1, kFpTermMid = 10, kFpTermHigh = 1000;
+}  // namespace
+
+struct Writeback::Piece {
+  Extent e;
+  AlignedBuffer buf;
+  Status st;
+};
+
+Writeback::Writeback(CachedDevice* dev) : dev_(dev) {}
+
+void Writeback::Start() {
+  thread_ = std::thread([this] {
+    SetThreadName("ub-writeback");
+    auto r = Reactor::Create(256);
+    if (!r.ok()) {
+      UB_ERROR("{}: writeback thread: {}", dev_->spec(), r.status().ToString());
+      return;
+    }
+    reactor_ = std::move(r).value();
+    reactor_->Bind();
+    Loop();
+    reactor_.reset();
+  });
+}
+
+Writeback::~Writeback() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Writeback::Kick() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    kicked_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Writeback::Sleep(uint64_t ns) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_for(l, std::chrono::nanoseconds(ns), [this] { return stop_ || kicked_; });
+  kicked_ = false;
+  return !stop_;
+}
+
+void Writeback::StateTransitions() {
+  CachedDevice& d = *dev_;
+  if (!d.super_) return;
+  // Dirty first: a writeback-mode write is waiting for it.
+  if (d.want_dirty_.exchange(false)) {
+    Status st = d.super_->MarkDirty();
+    if (!st.ok()) {
+      UB_ERROR("{}: cannot mark the backing superblock dirty ({}); writes go writethrough",
+               d.spec(), st.ToString());
+    }
+    d.SetDirtyOk(st.ok());
+  }
+  // Clean once nothing is dirty (see CachedDevice::WriteBack for the other
+  // half of this handshake).
+  if (d.super_->state() == BackingState::kDirty && !d.want_dirty_.load()) {
+    d.dirty_ok_.store(false, std::memory_order_seq_cst);
+    if (d.dirty_inflight_.load(std::memory_order_seq_cst) == 0 &&
+        d.set_->index().DirtyBytes(d.dev_) == 0) {
+      // Written-back data is on the backing media before it says clean.
+      Status st = SyncFlush(*d.backing_);
+      if (st.ok()) st = d.super_->MarkClean();
+      if (!st.ok()) UB_WARN("{}: cannot mark the backing superblock clean: {}", d.spec(), st.ToString());
+      else UB_INFO("{}: no dirty data left: backing superblock clean", d.spec());
+    }
+    d.SetDirtyOk(d.super_->state() == BackingState::kDirty);
+  }
+}
+
+void Writeback::UpdateRate(uint64_t now) {
+  CachedDevice& d = *dev_;
+  CacheKnobs& k = d.set_->knobs();
+  BucketAllocator& b = d.set_->buckets();
+  BucketAllocator::Usage u = b.usage();
+  uint64_t bucket = d.set_->options().bucket_size;
+  uint64_t cache_bytes = (u.buckets - u.reserved) * bucket;
+  double target = static_cast<double>(cache_bytes) * k.writeback_percent.load() / 100.0;
+  double dirty = static_cast<double>(d.set_->index().DirtyBytes(d.dev_));
+  double error = dirty - target;
+  double p = error / std::max<uint32_t>(1, k.writeback_rate_p_term_inverse.load());
+  double seconds = std::max<uint32_t>(1, k.writeback_rate_update_seconds.load());
+  // bcache: the integral moves only when it can act — unwinding when below
+  // target, growing when above target while writeback keeps up with the
+  // rate (not when the backing device is the limit).
+  bool keeping_up = next_io_ <= now + 1'000'000;
+  if ((error < 0 && integral_ > 0) || (error > 0 && keeping_up)) integral_ += error * seconds;
+  if (integral_ < 0) integral_ = 0;
+  double i = integral_ / std::max<uint32_t>(1, k.writeback_rate_i_term_inverse.load());
+  // Fragmentation: many partly dirty buckets fill the cache with little
+  // dirty data each; bcache raises the rate by dirty-per-bucket x a term
+  // that grows with the cache in use.
+  double f = 0;
+  unsigned in_use = d.set_->in_use_percent();
+  uint64_t dirty_buckets = b.dirty_buckets();
+  if (in_use > kFragLow && dirty > 0 && dirty_buckets > 0) {
+    double fragment = static_cast<double>(dirty_buckets * bucket) / dirty;
+    int64_t term = in_use <= kFragMid    ? kFpTermLow * (in_use - kFragLow)
+                   : in_use <= kFragHigh ? kFpTermMid * (in_use - kFragMid)
+                                         : kFpTermHigh * (in_use - kFragHigh);
+    if (fragment > 3) f = dirty / static_cast<double>(dirty_buckets) * static_cast<double>(term);
+  }
+  double rate = std::max(p, f) + i;
+  uint64_t minimum = std::max<uint64_t>(1, k.writeback_rate_minimum.load());
+  uint64_t nr = static_cast<uint64_t>(std::clamp(rate, static_cast<double>(minimum), static_cast<double>(kMaxRate)));
+  uint64_t old = k.writeback_rate.load();
+  k.writeback_rate.store(nr);
+  dbg_dirty_ = static_cast<uint64_t>(dirty);
+  dbg_target_ = static_cast<uint64_t>(target);
+  dbg_p_ = static_cast<int64_t>(p);
+  dbg_i_ = static_cast<int64_t>(i);
+  dbg_f_ = static_cast<int64_t>(f);
+  dbg_change_ = static_cast<int64_t>(nr) - static_cast<int64_t>(old);
+}
+
+Writeback::RateDebug Writeback::rate_debug() const {
+  CacheKnobs& k = dev_->set_->knobs();
+  uint64_t now = NowNanos(), next = dbg_next_io_.load();
+  return RateDebug{k.writeback_rate.load(),
+                   dev_->set_->index().DirtyBytes(dev_->dev_),
+                   dbg_target_.load(),
+                   dbg_p_.load(),
+                   dbg_i_.load(),
+                   dbg_f_.load(),
+                   dbg_change_.load(),
+                   next > now ? (next - now) / 1'000'000 : 0};
+}
+
+uint64_t Writeback::Pass(bool full_speed) {
+  CachedDevice& d = *dev_;
+  ExtentIndex& index = d.set_->index();
+  const uint64_t stripe = index.stripe_bytes();
+  std::vector<uint64_t> stripes = index.DirtyStripes(d.dev_, cursor_, kStripesPerPass);
+  if (stripes.empty() && cursor_ != 0) {
+    cursor_ = 0;  // wrap: the next pass starts from the front
+    stripes = index.DirtyStripes(d.dev_, 0, kStripesPerPass);
+  }
+  if (stripes.empty()) return 0;
+  cursor_ = stripes.back() + 1;
+  // Runs of contiguous stripes: each registered, then looked up (the order
+  // the foreground's Invalidate-then-check relies on).
+  struct Run {
+    uint64_t start, end;
+  };
+  std::vector<Run> runs;
+  for (uint64_t s : stripes) {
+    if (!runs.empty() && runs.back().end == s * stripe)
+      runs.back().end += stripe;
+    else
+      runs.push_back({s * stripe, (s + 1) * stripe});
+  }
+  for (Run& r : runs) r.end = std::min(r.end, d.size());
+  std::vector<std::unique_ptr<Piece>> pieces;
+  std::vector<Extent> found;
+  BucketAllocator& buckets = d.set_->buckets();
+  for (const Run& r : runs) {
+    if (r.start >= r.end) continue;
+    d.RegisterWriteback(r.start, r.end);
+    Status st = index.Lookup(d.dev_, r.start, r.end - r.start, &found);
+    if (!st.ok()) continue;
+    for (const Extent& e : found) {
+      if (!e.dirty) continue;
+      buckets.Pin(buckets.BucketOf(e.cache_offset));
+      if (!buckets.Valid(e.cache_offset, e.gen)) {  // reused since the lookup: rewritten
+        buckets.WriteDone(buckets.BucketOf(e.cache_offset));
+        continue;
+      }
+      auto p = std::make_unique<Piece>();
+      p->e = e;
+      pieces.push_back(std::move(p));
+    }
+  }
+  // Read every piece from the cache device.
+  size_t pending = 0;
+  for (auto& p : pieces) {
+    p->buf = AlignedBuffer(p->e.len);
+    pending++;
+    d.set_->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&pending, pp = p.get()](Status st) {
+      pp->st = std::move(st);
+      pending--;
+    });
+  }
+  reactor_->RunUntil([&] { return pending == 0; });
+  // Write back in backing order, contiguous pieces in one write, bounded in
+  // flight, at the controller's rate.
+  CacheKnobs& k = d.set_->knobs();
+  struct Write {
+    uint64_t start, len;
+    std::vector<Piece*> parts;
+    AlignedBuffer buf;
+    Status st;
+  };
+  std::vector<std::unique_ptr<Write>> writes;
+  for (auto& p : pieces) {
+    if (!p->st.ok()) {
+      UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec(), p->st.ToString());
+      errors_++;
+      continue;
+    }
+    Write* w = writes.empty() ? nullptr : writes.back().get();
+    if (w && w->start + w->len == p->e.start && w->len + p->e.len <= kMaxRun) {
+      w->len += p->e.len;
+      w->parts.push_back(p.get());
+    } else {
+      auto nw = std::make_unique<Write>();
+      nw->start = p->e.start;
+      nw->len = p->e.len;
+      nw->parts.push_back(p.get());
+      writes.push_back(std::move(nw));
+    }
+  }
+  size_t next = 0, inflight = 0;
+  uint64_t bytes = 0;
+  while (next < writes.size() || inflight > 0) {
+    uint64_t now = NowNanos();
+    bool idle = now - d.last_request_ns_.load(std::memory_order_relaxed) > kIdleSeconds * kNs;
+    bool reader = now - d.last_backing_read_ns_.load(std::memory_order_relaxed) < kReaderWindowNs;
+    bool fast = full_speed || idle;
+    size_t limit = reader && !full_speed ? 1 : fast ? 64 : 16;
+    uint64_t rate = fast ? kMaxRate : std::max<uint64_t>(1, k.writeback_rate.load());
+    while (next < writes.size() && inflight < limit && (fast || now >= next_io_)) {
+      Write* w = writes[next++].get();
+      if (w->parts.size() == 1) {
+        w->buf = std::move(w->parts[0]->buf);
+      } else {
+        w->buf = AlignedBuffer(w->len);
+        for (Piece* p : w->parts) std::copy(p->buf.data(), p->buf.data() + p->e.len, w->buf.data() + (p->e.start - w->start));
+      }
+      inflight++;
+      next_io_ = std::max(next_io_, now) + w->len * kNs / rate;
+      dbg_next_io_ = next_io_;
+      d.backing_->Write(w->start, w->len, w->buf.data(), 0, [&inflight, w](Status st) {
+        w->st = std::move(st);
+        inflight--;
+      });
+    }
+    if (inflight > 0) {
+      reactor_->RunOnce(true);
+    } else if (next < writes.size()) {
+      if (!Sleep(std::min<uint64_t>(next_io_ - now, 50'000'000))) break;  // stopping
+    }
+  }
+  reactor_->RunUntil([&] { return inflight == 0; });
+  // The rule: the backing device's copies are durable before any is marked clean.
+  bool any_ok = false;
+  for (auto& w : writes) any_ok |= w->st.ok() && next > 0;
+  Status fst = any_ok ? SyncFlush(*d.backing_) : Status::OK();
+  bool failed = !fst.ok();
+  for (size_t i = 0; i < writes.size(); i++) {
+    Write& w = *writes[i];
+    bool ok = i < next && w.st.ok() && fst.ok();
+    if (i < next && !w.st.ok()) {
+      failed = true;
+      errors_++;
+      UB_WARN("{}: writeback of {}+{} failed, kept dirty: {}", d.spec(), w.start, w.len, w.st.ToString());
+    }
+    if (!ok) continue;
+    for (Piece* p : w.parts) {
+      uint64_t cleaned = 0;
+      Status st = index.MarkClean(p->e, &cleaned);
+      if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d.spec(), st.ToString());
+      bytes += cleaned;
+    }
+  }
+  if (!fst.ok()) UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d.spec(), fst.ToString());
+  for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
+  for (const Run& r : runs)
+    if (r.start < r.end) d.ReleaseWriteback(r.start, r.end);
+  backoff_ns_ = failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
+  written_ += bytes;
+  return bytes + (pieces.empty() ? 0 : 1);  // found something, even if nothing got cleaner
+}
+
+void Writeback::Loop() {
+  CacheKnobs& k = dev_->set_->knobs();
+  bool nothing_last = false;
+  while (true) {
+    uint64_t now = NowNanos();
+    StateTransitions();
+    if (now - last_update_ >= std::max<uint32_t>(1, k.writeback_rate_update_seconds.load()) * kNs) {
+      UpdateRate(now);
+      last_update_ = now;
+    }
+    bool drain = draining_.load() > 0;
+    bool run = drain || k.writeback_running.load();
+    if (!run || (nothing_last && !drain)) {
+      // bcache sleeps writeback_delay after a pass that found nothing; new
+      // dirty data or a state change kicks it awake sooner only if asked.
+      uint64_t delay = !run ? kNs : std::max<uint64_t>(1, k.writeback_delay.load()) * kNs;
+      if (!Sleep(std::min<uint64_t>(delay, kNs))) return;
+      if (nothing_last && dev_->set_->index().DirtyBytes(dev_->dev_) > 0 &&
+          NowNanos() - now >= std::max<uint64_t>(1, k.writeback_delay.load()) * kNs)
+        nothing_last = false;
+      if (drain || dev_->want_dirty_.load()) nothing_last = false;
+      continue;
+    }
+    if (backoff_ns_ && !Sleep(backoff_ns_)) return;
+    uint64_t found = Pass(drain);
+    nothing_last = found == 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) return;
+    }
+  }
+}
+
+Status Writeback::Drain(const std::function<void(const std::string&)>& progress) {
+  draining_++;
+  Kick();
+  uint64_t t0 = NowNanos(), last_bytes = written_.load(), last_t = t0;
+  Status result;
+  for (;;) {
+    uint64_t dirty = dev_->set_->index().DirtyBytes(dev_->dev_);
+    bool clean = dirty == 0 && (!dev_->super_ || dev_->super_->state() != BackingState::kDirty);
+    uint64_t now = NowNanos();
+    uint64_t w = written_.load();
+    double rate = now > last_t ? static_cast<double>(w - last_bytes) * 1e9 / static_cast<double>(now - last_t) : 0;
+    progress("flush " + dev_->spec() + ": " + FormatSize(dirty) + " dirty left, " +
+             FormatSize(static_cast<uint64_t>(rate)) + "/s written back");
+    last_bytes = w;
+    last_t = now;
+    if (clean) break;
+    Kick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(dirty == 0 ? 50 : 1000));
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) {
+      result = Status::Busy("flush: the writeback thread stopped");
+      break;
+    }
+  }
+  draining_--;
+  return result;
+}
+
+}  // namespace ubcache

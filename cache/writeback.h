@@ -1,0 +1,110 @@
+// Writeback: the thread that writes one cached device's dirty data back to
+// its backing device, as bcache's writeback.c does, and owns the backing
+// superblock's dirty/clean transitions.
+//
+// A pass takes the dirty stripes after a cursor in backing-offset order
+// (ExtentIndex::DirtyStripes), looks their dirty extents up, coalesces
+// contiguous ones, reads them from the cache device and writes them to the
+// backing device with a bounded number in flight. Ordering, each rule a bug
+// some cache shipped:
+//  - The range of each write is registered (CachedDevice's writeback
+//    ranges) BEFORE its extents are looked up, and a foreground write or
+//    discard that goes to the backing device waits for a registered range
+//    it overlaps. So a newer foreground write is never overtaken on the
+//    backing device by writeback's older copy.
+//  - The backing device is flushed after the writes of a batch complete and
+//    BEFORE the index marks them clean: a power cut never finds data marked
+//    clean that the backing device had only in its volatile cache.
+//  - MarkClean only cleans the parts still mapping to the data written, so
+//    a range rewritten meanwhile stays dirty (its newer copy is written back
+//    later).
+//  - A backing write error keeps the extent dirty; it is counted, and the
+//    next pass retries it after a backoff.
+// Rate: bcache's PI controller (UpdateRate), every
+// writeback_rate_update_seconds: target = writeback_percent of the cache,
+// proportional = (dirty - target) / p_term_inverse, integral accumulated
+// over (dirty - target) / i_term_inverse, a fragmentation term when many
+// buckets are partly dirty, clamped to [writeback_rate_minimum, max]. Full
+// speed when no foreground request arrived for kIdleSeconds, or while a
+// ctl flush drains. Foreground reads of the backing device go first: while
+// one was seen in the last kReaderWindow, one write at a time.
+//
+// Superblock: MarkDirty when a writeback-mode write finds the backing
+// superblock not yet dirty (the write waits for it); MarkClean once nothing
+// is dirty or in flight and the backing device has been flushed.
+//
+// Thread safety: the thread owns its Reactor and every field not marked
+// otherwise; Kick/Drain/RateDebug from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/reactor.h"
+#include "util/status.h"
+
+namespace ubcache {
+
+class CachedDevice;
+
+class Writeback {
+ public:
+  static constexpr uint64_t kIdleSeconds = 3;
+  static constexpr uint64_t kReaderWindowNs = 100'000'000;  // 100 ms
+  static constexpr uint64_t kMaxRun = 1 << 20;               // bytes per backing write
+  static constexpr size_t kStripesPerPass = 64;
+
+  explicit Writeback(CachedDevice* dev);
+  ~Writeback();  // stops the thread; dirty data stays dirty
+  void Start();
+  void Kick();
+  // ctl flush: writes everything back at full speed (even while
+  // writeback_running is 0) until nothing is dirty and the backing
+  // superblock says clean; `progress` gets a line about once a second.
+  Status Drain(const std::function<void(const std::string&)>& progress);
+
+  struct RateDebug {
+    uint64_t rate, dirty, target;
+    int64_t proportional, integral, fragment, change;
+    uint64_t next_io_ms;
+  };
+  RateDebug rate_debug() const;
+  uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
+  uint64_t written_bytes() const { return written_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Piece;
+  void Loop();
+  // One batch of dirty stripes; returns the bytes written back (0: none found).
+  uint64_t Pass(bool full_speed);
+  void UpdateRate(uint64_t now);
+  void StateTransitions();
+  bool Sleep(uint64_t ns);  // false when stopping
+
+  CachedDevice* const dev_;
+  std::unique_ptr<Reactor> reactor_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;     // under mu_
+  bool kicked_ = false;   // under mu_
+  std::atomic<int> draining_{0};
+  uint64_t cursor_ = 0;   // next stripe
+  uint64_t next_io_ = 0;  // ns: when the rate allows the next write
+  uint64_t last_update_ = 0;
+  uint64_t backoff_ns_ = 0;
+  double integral_ = 0;
+  std::atomic<uint64_t> errors_{0}, written_{0};
+  // For RateDebug (written by the thread).
+  std::atomic<uint64_t> dbg_dirty_{0}, dbg_target_{0}, dbg_next_io_{0};
+  std::atomic<int64_t> dbg_p_{0}, dbg_i_{0}, dbg_f_{0}, dbg_change_{0};
+};
+
+}  // namespace ubcache
