@@ -4,6 +4,7 @@
 #   UBCACHE        path to the ubcache binary under test (required)
 #   UBCACHE_SRC    source tree (default: two levels above this file)
 #   UBCACHE_BUILD  build tree (informational)
+#   UBCACHE_TEST_KEEP=1  keep $WORK, images included, even when the test passes
 #
 # Provides:
 #   WORK                 per-test scratch directory under /var/tmp, removed on exit
@@ -70,7 +71,10 @@ _cleanup() {
     kill -KILL "$SERVER_PID" 2>/dev/null
     wait "$SERVER_PID" 2>/dev/null
   fi
-  if [[ $rc -eq 0 ]]; then
+  if [[ -n ${UBCACHE_TEST_KEEP:-} ]]; then
+    [[ $rc -eq 0 ]] && echo "PASS: $TEST_NAME" >&2
+    echo "($TEST_NAME: UBCACHE_TEST_KEEP: everything kept in $WORK)" >&2
+  elif [[ $rc -eq 0 ]]; then
     rm -rf "$WORK"
     echo "PASS: $TEST_NAME" >&2
   else
