@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# 120-writeback-crash — kill -9 of the daemon in writeback, many cycles, and
+# after each restart: every write acknowledged before a completed FLUSH (or
+# with FUA) reads back exactly, no block holds anything never written to it
+# or torn, and the cache is warm (hits on blocks durable at the kill).
+# Devices: a formatted cache file and a formatted backing file behind the
+# SAS model (`--cache FILE --backing sas:FILE --cache-mode writeback`). The
+# harness is tests/integration/crash_lib.sh (its header: what a cycle does,
+# every CRASH_* variable); the writer and the verifier, and the exact rule
+# they check, are crash_writer.py.
+#
+# By hand (from the source tree, after building build/ubcache):
+#   UBCACHE=build/ubcache bash tests/integration/120-writeback-crash.sh                  # CI: 20 cycles
+#   UBCACHE=build/ubcache CRASH_CYCLES=500 bash tests/integration/120-writeback-crash.sh # the long mode
+#   CRASH_SEED=N (printed by every run) repeats a run's kill modes and delays and the
+#   writer's choices (the kill still lands wherever the daemon is at that moment);
+#   CRASH_KEEP=1 keeps the work dir under /var/tmp; CRASH_REQUIRE_WARM=0 checks the data only.
+#
+# ctest: label crash
+CRASH_POWERCUT=0
+CRASH_DEFAULT_CYCLES=20
+source "$(dirname "$0")/crash_lib.sh"
+crash_main

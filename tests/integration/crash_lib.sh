@@ -1,0 +1,326 @@
+# crash_lib.sh — the crash harness behind 120-writeback-crash.sh (kill -9)
+# and 121-writeback-powercut.sh (kill -9 = a power cut of both devices).
+# One harness, two entry points: each sets CRASH_POWERCUT (0/1) and
+# CRASH_DEFAULT_CYCLES, sources this file and calls crash_main.
+#
+# What a run does:
+#  0. proves the checker can fail: crash_writer.py selftest (doctored logs
+#     and images), and one cycle against nbdkit's file plugin (a server
+#     nobody here wrote) that must verify, then must not once a durable
+#     block is zeroed and another torn;
+#  1. formats a cache file and a backing file (one `ubcache format`, so the
+#     backing device is in the cache set), serves them in writeback over a
+#     SAS model (`sas:`), prefills the region and flushes;
+#  2. per cycle: the writer (crash_writer.py write: random 4..64 KiB writes,
+#     some FUA, a FLUSH every ~32 writes, read-backs, 16 in flight; every
+#     issue and reply logged) runs; the daemon is killed with SIGKILL at a
+#     random moment of one of these kinds:
+#       sleep       0.2..3 s after the writer started
+#       writeback   the same, with writeback at full speed (writeback_delay
+#                   0, writeback_percent 0, writeback_rate 64M) if it exists
+#       flush       a few ms into `ctl flush` (writing back all dirty data)
+#       gc          a few ms into `ctl trigger-gc`
+#       commit      at the predicted moment of the next journal commit
+#                   (crash_writer.py kill-on: internal/journal_bytes grows)
+#       checkpoint  at the predicted next checkpoint (journal_bytes drops;
+#                   without one in 2 s, at the timeout)
+#     then the writer sees the connection die and exits; the daemon is
+#     started again on the same devices; the warm check (below) reads; the
+#     verifier reads the whole region and checks it against the one log of
+#     all cycles (crash_writer.py's header states the rule); the restarted
+#     daemon serves the next cycle;
+#  3. at the end, the control: a writer run that ends with a FLUSH, a clean
+#     SIGTERM, a restart that must be warm and pass the warm check (so the
+#     check can pass), a last verify.
+#
+# Warm check: before the verify (whose whole-region read would fill any
+# cache), up to CRASH_WARM_BLOCKS blocks whose last write before the kill was durable
+# are read with 4 KiB reads; stats_total/cache_hits must grow by at least
+# CRASH_WARM_MIN_PCT percent of them: a cache that recovers its journal
+# has every one of them. CRASH_REQUIRE_WARM=0 reports it without failing.
+#
+# Environment (defaults in brackets):
+#   CRASH_CYCLES        cycles [CRASH_DEFAULT_CYCLES of the entry script]
+#   CRASH_SEED          seeds kill times, modes and the writer [random, printed]
+#   CRASH_KEEP=1        keep the work dir (images, log, state, server logs)
+#   CRASH_REQUIRE_WARM  1: a cold restart fails the test [1]
+#   CRASH_WARM_MIN_PCT  hits, percent of the warm reads [50]
+#   CRASH_WARM_BLOCKS   blocks the warm check reads at most [64]
+#   CRASH_REGION_MIB    region the writer covers, MiB [32]
+#   CRASH_CACHE_SIZE / CRASH_BACKING_SIZE   image sizes [256M / 384M]
+#   CRASH_KILL_MS       "MIN MAX" of the random kill delay, ms ["200 3000"]
+#   CRASH_MODES         kill kinds to draw from ["sleep sleep writeback flush gc commit checkpoint"]
+#   CRASH_RATE          writer requests/s at most [1000] (keeps its CPU modest)
+#   CRASH_KNOBS         NAME=VALUE pairs set in every cycle where the daemon has
+#                       them (a `serve --NAME` flag, or a writable `ctl` attribute);
+#                       others are skipped and named once ["journal_delay_ms=5"]
+#   CRASH_FAULT         121 only: the fault option of both devices
+#                       [tear_unflushed=1]; drop_unflushed=1 also works
+#   CRASH_SELFTEST=0    skip step 0
+if [[ ${CRASH_KEEP:-0} == 1 ]]; then export UBCACHE_TEST_KEEP=1; fi
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CRASH_CYCLES=${CRASH_CYCLES:-$CRASH_DEFAULT_CYCLES}
+CRASH_SEED=${CRASH_SEED:-$((($(date +%s%N) / 1000) % 1000000))}
+CRASH_REQUIRE_WARM=${CRASH_REQUIRE_WARM:-1}
+CRASH_WARM_MIN_PCT=${CRASH_WARM_MIN_PCT:-50}
+CRASH_WARM_BLOCKS=${CRASH_WARM_BLOCKS:-64}
+CRASH_REGION_MIB=${CRASH_REGION_MIB:-32}
+CRASH_CACHE_SIZE=${CRASH_CACHE_SIZE:-256M}
+CRASH_BACKING_SIZE=${CRASH_BACKING_SIZE:-384M}
+CRASH_KILL_MS=${CRASH_KILL_MS:-200 3000}
+CRASH_MODES=${CRASH_MODES:-sleep sleep writeback flush gc commit checkpoint}
+CRASH_RATE=${CRASH_RATE:-1000}
+CRASH_KNOBS=${CRASH_KNOBS:-journal_delay_ms=5}
+CRASH_FAULT=${CRASH_FAULT:-tear_unflushed=1}
+CRASH_SELFTEST=${CRASH_SELFTEST:-1}
+WRITER=$INTEGRATION_DIR/crash_writer.py
+BLOCKS=$((CRASH_REGION_MIB * 256))
+CLOG=$WORK/crash.log
+CSTATE=$WORK/crash.state
+RANDOM=$CRASH_SEED
+read -r KILL_MIN KILL_MAX <<<"$CRASH_KILL_MS"
+read -ra MODES <<<"$CRASH_MODES"
+
+cw() { python3 "$WRITER" "$@"; }
+# rand MIN MAX — an integer in [MIN, MAX], from bash's seeded RANDOM.
+rand() { echo $(($1 + (RANDOM * 32768 + RANDOM) % ($2 - $1 + 1))); }
+ms_to_s() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
+
+# ---- step 0: the checker can fail ----
+crash_selftest() {
+  cw selftest >"$WORK/selftest.log" 2>&1 || fail "crash_writer.py selftest: $(cat "$WORK/selftest.log")"
+  log "selftest: $(tail -n 1 "$WORK/selftest.log")"
+  # One cycle against nbdkit's file plugin: its writes are in the page cache
+  # the moment they are acknowledged, so after kill -9 everything verifies.
+  local ref=$WORK/ref.img rsock=$WORK/ref.sock rlog=$WORK/ref.log rstate=$WORK/ref.state n=2048 pid wpid
+  local uri="nbd+unix:///?socket=$rsock"
+  truncate -s $((n * 4096)) "$ref"
+  _crash_ref_start() {
+    rm -f "$rsock"
+    nbdkit -f -U "$rsock" file "$ref" 2>>"$WORK/nbdkit.log" &
+    pid=$!
+    on_exit "kill -KILL $pid"
+    local deadline=$((SECONDS + 10))
+    until [[ -S $rsock ]]; do
+      ((SECONDS < deadline)) || fail "selftest: nbdkit did not start: $(cat "$WORK/nbdkit.log")"
+      sleep 0.05
+    done
+  }
+  _crash_ref_start
+  cw prefill "$uri" --log "$rlog" --blocks $n || fail "selftest: prefill against nbdkit failed"
+  cw write "$uri" --log "$rlog" --blocks $n --seed "$CRASH_SEED" --rate 2000 --ready "$WORK/ref.ready" \
+    2>"$WORK/ref.writer.log" &
+  wpid=$!
+  sleep 1
+  kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
+  wait "$wpid" || fail "selftest: the writer exited $? when nbdkit died: $(cat "$WORK/ref.writer.log")"
+  grep -q '^D ' "$rlog" || fail "selftest: no FLUSH completed against nbdkit in 1 s"
+  _crash_ref_start
+  cw verify "$uri" --log "$rlog" --state "$rstate" --blocks $n >"$WORK/ref.verify.log" 2>&1 ||
+    fail "selftest: verify after kill -9 of nbdkit (file plugin) failed: $(cat "$WORK/ref.verify.log")"
+  # Block 100 zeroed (its prefill was durable), block 200 torn (one byte).
+  dd if=/dev/zero of="$ref" bs=4k seek=100 count=1 conv=notrunc status=none
+  printf '\x55' | dd of="$ref" bs=1 seek=$((200 * 4096 + 1000)) conv=notrunc status=none
+  local rc=0
+  cw verify "$uri" --log "$rlog" --state "$rstate" --blocks $n >"$WORK/ref.verify2.log" 2>&1 || rc=$?
+  ((rc == 1)) && grep -q 'block 100 .*reads zeros' "$WORK/ref.verify2.log" &&
+    grep -q 'block 200 .*torn' "$WORK/ref.verify2.log" ||
+    fail "selftest: verify missed a zeroed and a torn block (exit $rc): $(cat "$WORK/ref.verify2.log")"
+  kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
+  log "selftest: nbdkit reference: $(head -n 1 "$WORK/ref.verify.log"); doctored image: caught"
+}
+
+# ---- devices and the daemon ----
+crash_setup() {
+  format_cache_backing "$CRASH_CACHE_SIZE" "$CRASH_BACKING_SIZE"
+  if ((CRASH_POWERCUT)); then
+    # kill -9 drops what the fault layer holds: a power cut of both devices.
+    CACHE_SPEC="fault,$CRASH_FAULT,seed=$((CRASH_SEED + 1)):$CACHE"
+    BACKING_SPEC="sas:fault,$CRASH_FAULT,seed=$((CRASH_SEED + 2)):$BACKING"
+    local err
+    err=$("$UBCACHE" show-super "$CACHE_SPEC" 2>&1) ||
+      fail "this ubcache cannot open '$CACHE_SPEC' (CRASH_FAULT=$CRASH_FAULT; CRASH_FAULT=drop_unflushed=1 tests the harness meanwhile): $err"
+  else
+    CACHE_SPEC=$CACHE
+    BACKING_SPEC=sas:$BACKING
+  fi
+  SERVE_FLAGS=() CTL_KNOBS=()
+  local help list kv name skipped=()
+  help=$("$UBCACHE" serve --help)
+  list=$("$UBCACHE" ctl --list)
+  for kv in $CRASH_KNOBS; do
+    name=${kv%%=*}
+    if grep -qE -- "--${name//_/-}( |$)" <<<"$help"; then
+      SERVE_FLAGS+=("--${name//_/-}" "${kv#*=}")
+    elif grep -E "^\| $name \|" <<<"$list" | grep -vq "| read-only |"; then
+      CTL_KNOBS+=("$kv")
+    else
+      skipped+=("$name")
+    fi
+  done
+  ((${#skipped[@]} == 0)) || log "knobs this daemon does not offer (skipped): ${skipped[*]}"
+  # Writeback at full speed, for the cycles that kill during it.
+  WB_KNOBS=()
+  for kv in writeback_delay=0 writeback_percent=0 writeback_rate=64M; do
+    grep -E "^\| ${kv%%=*} \|" <<<"$list" | grep -vq "| read-only |" && WB_KNOBS+=("$kv")
+  done
+  log "seed $CRASH_SEED; cache $CACHE_SPEC; backing $BACKING_SPEC; region $CRASH_REGION_MIB MiB;" \
+    "serve flags: ${SERVE_FLAGS[*]:-none}; ctl knobs: ${CTL_KNOBS[*]:-none}"
+}
+
+crash_serve() {
+  start_server --cache "$CACHE_SPEC" --backing "$BACKING_SPEC" --cache-mode writeback --nbd "unix:$SOCK" \
+    --control "$CTL_SOCK" --congested-read-threshold-us 0 --congested-write-threshold-us 0 "${SERVE_FLAGS[@]}"
+  local kv
+  for kv in "${CTL_KNOBS[@]}" "$@"; do
+    ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "ctl set ${kv%%=*} ${kv#*=} failed"
+  done
+}
+
+startup_line() { grep -E "cache set .* (warm|cold) start" "$SERVER_LOG" | tail -n 1 || true; }
+# startup_note — "cold start: 0 extents" of the last server.
+startup_note() { startup_line | grep -oE '(warm|cold) start: [0-9]+ extents' || echo "no startup line"; }
+
+# kill_server [WHAT] — SIGKILL, reaped: nothing of the daemon runs after
+# this. WHAT: the daemon must still be running (it did not die by itself).
+kill_server() {
+  [[ -z ${1:-} ]] || server_alive "$1"
+  kill -KILL "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+}
+
+# ---- one cycle ----
+WARM_CHECKED=0 WARM_COLD=0 TOTAL_WRITES=0
+declare -A MODE_COUNT=()
+
+crash_cycle() {
+  local i=$1 mode=${MODES[$((RANDOM % ${#MODES[@]}))]} delay wpid t0 note="" bg="" kv
+  delay=$(rand "$KILL_MIN" "$KILL_MAX")
+  MODE_COUNT[$mode]=$((${MODE_COUNT[$mode]:-0} + 1))
+  [[ $mode == writeback ]] && ((${#WB_KNOBS[@]})) && for kv in "${WB_KNOBS[@]}"; do
+    ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "cycle $i: ctl set $kv failed"
+  done
+  local ready=$WORK/ready.$i wlog=$WORK/writer.$i.log
+  t0=$(date +%s%N)
+  cw write "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS --seed $((CRASH_SEED * 1000 + i)) \
+    --rate "$CRASH_RATE" --ready "$ready" 2>"$wlog" &
+  wpid=$!
+  local deadline=$((SECONDS + 20))
+  until [[ -e $ready ]]; do
+    kill -0 "$wpid" 2>/dev/null || fail "cycle $i: the writer exited before connecting: $(cat "$wlog")"
+    ((SECONDS < deadline)) || fail "cycle $i: the writer did not connect in 20 s"
+    sleep 0.02
+  done
+  server_alive "cycle $i, writer connected"
+  case $mode in
+    sleep | writeback) sleep "$(ms_to_s "$delay")"; kill_server "cycle $i, before the kill" ;;
+    flush | gc)
+      sleep "$(ms_to_s $((delay / 2)))"
+      if [[ $mode == flush ]]; then ctl flush >"$WORK/ctl.$i.log" 2>&1 & else ctl trigger-gc >"$WORK/ctl.$i.log" 2>&1 & fi
+      bg=$!
+      sleep "$(ms_to_s "$(rand 0 40)")"
+      kill_server "cycle $i, before the kill during $mode"
+      wait "$bg" 2>/dev/null && note="$mode had finished" || note="$mode interrupted"
+      ;;
+    commit | checkpoint)
+      sleep "$(ms_to_s $((delay / 3)))"
+      server_alive "cycle $i, before kill-on"
+      note=$(cw kill-on "$mode" --pid "$SERVER_PID" --control "$CTL_SOCK" --timeout 2 --seed $((CRASH_SEED + i)) 2>&1) ||
+        fail "cycle $i: kill-on failed: $note"
+      kill_server
+      ;;
+  esac
+  local ran=$((($(date +%s%N) - t0) / 1000000))
+  local rc=0
+  timeout 30 tail --pid="$wpid" -f /dev/null || fail "cycle $i: the writer did not exit within 30 s of the kill"
+  wait "$wpid" || rc=$?
+  ((rc == 0)) || fail "cycle $i: the writer exited $rc: $(tail -n 5 "$wlog")"
+  local wsum
+  wsum=$(grep -o '[0-9]* writes ([0-9]* acked, [0-9]* FUA), [0-9]* flushes ([0-9]* done)' "$wlog" || echo "?")
+  [[ ${wsum%% *} =~ ^[0-9]+$ ]] && TOTAL_WRITES=$((TOTAL_WRITES + ${wsum%% *}))
+
+  local t1
+  t1=$(date +%s%N)
+  crash_serve
+  local start
+  start=$(startup_note)
+  crash_warm_check "$i"
+  local vlog=$WORK/verify.$i.log
+  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS >"$vlog" 2>&1 ||
+    fail "cycle $i ($mode, killed after ${ran} ms): verify failed:
+$(cat "$vlog")
+(writer: $wsum; restart: $start)"
+  server_alive "cycle $i verify"
+  log "cycle $i/$CRASH_CYCLES: $mode, killed after ${ran} ms${note:+ ($note)} | writer: $wsum |" \
+    "restart: $start | $WARM_NOTE | $(head -n 1 "$vlog" | sed 's/^verify: [^;]*; //') |" \
+    "restart+checks $((($(date +%s%N) - t1) / 1000000)) ms"
+}
+
+# crash_warm_check I — 4 KiB reads of blocks durable at the kill; the hit
+# counter must grow (sets WARM_NOTE).
+crash_warm_check() {
+  local h0 h1 n
+  h0=$(ctl get stats_total/cache_hits) || fail "cycle $1: ctl get stats_total/cache_hits"
+  n=$(cw warm-read "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS -n "$CRASH_WARM_BLOCKS" \
+    --seed "$1") ||
+    fail "cycle $1: warm-read failed"
+  h1=$(ctl get stats_total/cache_hits) || fail "cycle $1: ctl get stats_total/cache_hits"
+  if ((n == 0)); then
+    WARM_NOTE="warm: nothing durable to read"
+    return
+  fi
+  WARM_CHECKED=$((WARM_CHECKED + 1))
+  WARM_NOTE="warm: $((h1 - h0))/$n hits"
+  if (((h1 - h0) * 100 < n * CRASH_WARM_MIN_PCT)); then
+    WARM_COLD=$((WARM_COLD + 1))
+    WARM_NOTE+=" (COLD)"
+  fi
+}
+
+crash_main() {
+  local t_start=$SECONDS
+  ((CRASH_SELFTEST)) && crash_selftest
+  crash_setup
+  crash_serve
+  cw prefill "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS || fail "prefill failed"
+  local t_cycles=$SECONDS i
+  for ((i = 1; i <= CRASH_CYCLES; i++)); do crash_cycle "$i"; done
+  local per_cycle
+  per_cycle=$(python3 -c "print(f'{($SECONDS - $t_cycles) / max(1, $CRASH_CYCLES):.1f}')")
+
+  # The control: one more writer run that ends by itself (with a FLUSH),
+  # a clean stop and a restart, which is warm — and the warm check must
+  # say so, or a cold result after kill -9 would prove nothing.
+  cw write "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS --seed $((CRASH_SEED * 1000)) --rate "$CRASH_RATE" \
+    --duration 1 2>"$WORK/writer.final.log" || fail "the last writer run failed: $(cat "$WORK/writer.final.log")"
+  stop_server
+  crash_serve
+  startup_line | grep -q "warm start" || fail "the restart after SIGTERM was not warm: $(startup_line)"
+  crash_warm_check 0
+  log "clean restart: $(startup_note) | $WARM_NOTE"
+  [[ $WARM_NOTE != *COLD* && $WARM_NOTE != *nothing* ]] ||
+    fail "the warm check failed after a clean (warm) restart: $WARM_NOTE"
+  WARM_CHECKED=$((WARM_CHECKED - 1))  # the control is not one of the cycles
+  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS >"$WORK/verify.final.log" 2>&1 ||
+    fail "verify after the clean restart failed: $(cat "$WORK/verify.final.log")"
+  stop_server
+
+  local modes="" m
+  for m in "${!MODE_COUNT[@]}"; do modes+="$m ${MODE_COUNT[$m]}, "; done
+  log "$CRASH_CYCLES cycles in $((SECONDS - t_start)) s (${per_cycle} s per cycle), $TOTAL_WRITES writes;" \
+    "kills: ${modes%, }; seed $CRASH_SEED"
+  ((TOTAL_WRITES > 0)) && grep -q '^D ' "$CLOG" || fail "no write or no FLUSH completed in $CRASH_CYCLES cycles"
+  if ((WARM_CHECKED == 0)); then
+    msg="warm check: no cycle had a durable block to read back"
+  else
+    msg="warm check: the restart after kill -9 was cold in $WARM_COLD of $WARM_CHECKED cycles (< $CRASH_WARM_MIN_PCT% hits)"
+  fi
+  if ((WARM_CHECKED == 0 || WARM_COLD > 0)); then
+    if ((CRASH_REQUIRE_WARM)); then soft_fail "$msg"; else log "$msg (CRASH_REQUIRE_WARM=0: not a failure)"; fi
+  else
+    log "$msg"
+  fi
+  soft_fail_report
+}
