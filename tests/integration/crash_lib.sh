@@ -83,6 +83,10 @@ read -r KILL_MIN KILL_MAX <<<"$CRASH_KILL_MS"
 read -ra MODES <<<"$CRASH_MODES"
 
 cw() { python3 "$WRITER" "$@"; }
+# Children of a failed run: ended at exit by their id, once they are ours.
+REF_PID="" WRITER_PID=""
+on_exit '[[ -z $REF_PID ]] || kill -KILL "$REF_PID"'
+on_exit '[[ -z $WRITER_PID ]] || kill -KILL "$WRITER_PID"'
 # rand MIN MAX — an integer in [MIN, MAX], from bash's seeded RANDOM.
 rand() { echo $(($1 + (RANDOM * 32768 + RANDOM) % ($2 - $1 + 1))); }
 ms_to_s() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
@@ -93,28 +97,31 @@ crash_selftest() {
   log "selftest: $(tail -n 1 "$WORK/selftest.log")"
   # One cycle against nbdkit's file plugin: its writes are in the page cache
   # the moment they are acknowledged, so after kill -9 everything verifies.
-  local ref=$WORK/ref.img rsock=$WORK/ref.sock rlog=$WORK/ref.log rstate=$WORK/ref.state n=2048 pid wpid
+  local ref=$WORK/ref.img rsock=$WORK/ref.sock rlog=$WORK/ref.log rstate=$WORK/ref.state n=2048
   local uri="nbd+unix:///?socket=$rsock"
   truncate -s $((n * 4096)) "$ref"
   _crash_ref_start() {
     rm -f "$rsock"
     nbdkit -f -U "$rsock" file "$ref" 2>>"$WORK/nbdkit.log" &
-    pid=$!
-    on_exit "kill -KILL $pid"
+    REF_PID=$!
     local deadline=$((SECONDS + 10))
     until [[ -S $rsock ]]; do
       ((SECONDS < deadline)) || fail "selftest: nbdkit did not start: $(cat "$WORK/nbdkit.log")"
       sleep 0.05
     done
   }
+  _crash_ref_kill() { kill -KILL "$REF_PID"; wait "$REF_PID" 2>/dev/null || true; REF_PID=""; }
   _crash_ref_start
   cw prefill "$uri" --log "$rlog" --blocks $n || fail "selftest: prefill against nbdkit failed"
   cw write "$uri" --log "$rlog" --blocks $n --seed "$CRASH_SEED" --rate 2000 --ready "$WORK/ref.ready" \
     2>"$WORK/ref.writer.log" &
-  wpid=$!
+  WRITER_PID=$!
   sleep 1
-  kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
-  wait "$wpid" || fail "selftest: the writer exited $? when nbdkit died: $(cat "$WORK/ref.writer.log")"
+  _crash_ref_kill
+  local rc=0
+  wait "$WRITER_PID" || rc=$?
+  WRITER_PID=""
+  ((rc == 0)) || fail "selftest: the writer exited $rc when nbdkit died: $(cat "$WORK/ref.writer.log")"
   grep -q '^D ' "$rlog" || fail "selftest: no FLUSH completed against nbdkit in 1 s"
   _crash_ref_start
   cw verify "$uri" --log "$rlog" --state "$rstate" --blocks $n >"$WORK/ref.verify.log" 2>&1 ||
@@ -122,12 +129,12 @@ crash_selftest() {
   # Block 100 zeroed (its prefill was durable), block 200 torn (one byte).
   dd if=/dev/zero of="$ref" bs=4k seek=100 count=1 conv=notrunc status=none
   printf '\x55' | dd of="$ref" bs=1 seek=$((200 * 4096 + 1000)) conv=notrunc status=none
-  local rc=0
+  rc=0
   cw verify "$uri" --log "$rlog" --state "$rstate" --blocks $n >"$WORK/ref.verify2.log" 2>&1 || rc=$?
   ((rc == 1)) && grep -q 'block 100 .*reads zeros' "$WORK/ref.verify2.log" &&
     grep -q 'block 200 .*torn' "$WORK/ref.verify2.log" ||
     fail "selftest: verify missed a zeroed and a torn block (exit $rc): $(cat "$WORK/ref.verify2.log")"
-  kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
+  _crash_ref_kill
   log "selftest: nbdkit reference: $(head -n 1 "$WORK/ref.verify.log"); doctored image: caught"
 }
 
@@ -199,14 +206,17 @@ crash_cycle() {
   local i=$1 mode=${MODES[$((RANDOM % ${#MODES[@]}))]} delay wpid t0 note="" bg="" kv
   delay=$(rand "$KILL_MIN" "$KILL_MAX")
   MODE_COUNT[$mode]=$((${MODE_COUNT[$mode]:-0} + 1))
-  [[ $mode == writeback ]] && ((${#WB_KNOBS[@]})) && for kv in "${WB_KNOBS[@]}"; do
-    ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "cycle $i: ctl set $kv failed"
-  done
+  if [[ $mode == writeback ]]; then
+    for kv in "${WB_KNOBS[@]}"; do
+      ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "cycle $i: ctl set $kv failed"
+    done
+  fi
   local ready=$WORK/ready.$i wlog=$WORK/writer.$i.log
   t0=$(date +%s%N)
   cw write "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS --seed $((CRASH_SEED * 1000 + i)) \
     --rate "$CRASH_RATE" --ready "$ready" 2>"$wlog" &
   wpid=$!
+  WRITER_PID=$wpid
   local deadline=$((SECONDS + 20))
   until [[ -e $ready ]]; do
     kill -0 "$wpid" 2>/dev/null || fail "cycle $i: the writer exited before connecting: $(cat "$wlog")"
@@ -228,7 +238,7 @@ crash_cycle() {
       sleep "$(ms_to_s $((delay / 3)))"
       server_alive "cycle $i, before kill-on"
       note=$(cw kill-on "$mode" --pid "$SERVER_PID" --control "$CTL_SOCK" --timeout 2 --seed $((CRASH_SEED + i)) 2>&1) ||
-        fail "cycle $i: kill-on failed: $note"
+        fail "cycle $i: kill-on: $note"
       kill_server
       ;;
   esac
@@ -236,6 +246,7 @@ crash_cycle() {
   local rc=0
   timeout 30 tail --pid="$wpid" -f /dev/null || fail "cycle $i: the writer did not exit within 30 s of the kill"
   wait "$wpid" || rc=$?
+  WRITER_PID=""
   ((rc == 0)) || fail "cycle $i: the writer exited $rc: $(tail -n 5 "$wlog")"
   local wsum
   wsum=$(grep -o '[0-9]* writes ([0-9]* acked, [0-9]* FUA), [0-9]* flushes ([0-9]* done)' "$wlog" || echo "?")
@@ -284,14 +295,14 @@ crash_warm_check() {
 
 crash_main() {
   local t_start=$SECONDS
-  ((CRASH_SELFTEST)) && crash_selftest
+  if ((CRASH_SELFTEST)); then crash_selftest; fi
   crash_setup
   crash_serve
   cw prefill "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS || fail "prefill failed"
   local t_cycles=$SECONDS i
   for ((i = 1; i <= CRASH_CYCLES; i++)); do crash_cycle "$i"; done
   local per_cycle
-  per_cycle=$(python3 -c "print(f'{($SECONDS - $t_cycles) / max(1, $CRASH_CYCLES):.1f}')")
+  per_cycle=$(awk -v t=$((SECONDS - t_cycles)) -v n="$CRASH_CYCLES" 'BEGIN { printf "%.1f", t / (n > 0 ? n : 1) }')
 
   # The control: one more writer run that ends by itself (with a FLUSH),
   # a clean stop and a restart, which is warm — and the warm check must
@@ -310,7 +321,7 @@ crash_main() {
     fail "verify after the clean restart failed: $(cat "$WORK/verify.final.log")"
   stop_server
 
-  local modes="" m
+  local modes="" m msg
   for m in "${!MODE_COUNT[@]}"; do modes+="$m ${MODE_COUNT[$m]}, "; done
   log "$CRASH_CYCLES cycles in $((SECONDS - t_start)) s (${per_cycle} s per cycle), $TOTAL_WRITES writes;" \
     "kills: ${modes%, }; seed $CRASH_SEED"

@@ -686,6 +686,15 @@ class Ctl:
             self.buf += more
 
 
+def process_state(pid):
+    """R, S, D, Z (exited, not yet reaped), ... or None (no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def cmd_kill_on(args):
     """Polls internal/journal_bytes every --poll-ms. It grows when the
     housekeeping thread commits the journal and drops when a checkpoint
@@ -715,6 +724,9 @@ def cmd_kill_on(args):
             time.sleep(max(0, target - time.monotonic()))
             break
         time.sleep(args.poll_ms / 1000)
+    if process_state(args.pid) in ("Z", "X", None):
+        print(f"kill-on: pid {args.pid} had died by itself before the kill")
+        return 3
     os.kill(args.pid, 9)
     if target is None:
         print(f"kill-on: no {args.event} seen in {args.timeout:.1f} s; killed at the timeout")
