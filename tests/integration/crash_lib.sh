@@ -54,8 +54,12 @@
 #   CRASH_KNOBS         NAME=VALUE pairs set in every cycle where the daemon has
 #                       them (a `serve --NAME` flag, or a writable `ctl` attribute);
 #                       others are skipped and named once ["journal_delay_ms=5"]
-#   CRASH_FAULT         121 only: the fault option of both devices
-#                       [tear_unflushed=1]; drop_unflushed=1 also works
+#   CRASH_FAULT         121 only: the fault option of both devices (without
+#                       seed=: CRASH_SEED gives it) [tear_unflushed=1];
+#                       drop_unflushed=1 also works
+#   CRASH_SECTOR        the devices' atomic unit: below 4096 the verifier lets a
+#                       block mix, sector by sector, writes it may hold
+#                       [512 with drop_unflushed, else 4096]
 #   CRASH_SELFTEST=0    skip step 0
 if [[ ${CRASH_KEEP:-0} == 1 ]]; then export UBCACHE_TEST_KEEP=1; fi
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -74,6 +78,14 @@ CRASH_RATE=${CRASH_RATE:-1000}
 CRASH_KNOBS=${CRASH_KNOBS:-journal_delay_ms=5}
 CRASH_FAULT=${CRASH_FAULT:-tear_unflushed=1}
 CRASH_SELFTEST=${CRASH_SELFTEST:-1}
+# drop_unflushed keeps and flushes a device's logical blocks (512 bytes on
+# most files) one by one: a cut in the middle of its flush tears a 4 KiB
+# block at 512 bytes. tear_unflushed decides per 4 KiB sector.
+if ((CRASH_POWERCUT)) && [[ $CRASH_FAULT == *drop_unflushed* ]]; then
+  CRASH_SECTOR=${CRASH_SECTOR:-512}
+else
+  CRASH_SECTOR=${CRASH_SECTOR:-4096}
+fi
 WRITER=$INTEGRATION_DIR/crash_writer.py
 BLOCKS=$((CRASH_REGION_MIB * 256))
 CLOG=$WORK/crash.log
@@ -172,7 +184,7 @@ crash_setup() {
   for kv in writeback_delay=0 writeback_percent=0 writeback_rate=64M; do
     grep -E "^\| ${kv%%=*} \|" <<<"$list" | grep -vq "| read-only |" && WB_KNOBS+=("$kv")
   done
-  log "seed $CRASH_SEED; cache $CACHE_SPEC; backing $BACKING_SPEC; region $CRASH_REGION_MIB MiB;" \
+  log "seed $CRASH_SEED; cache $CACHE_SPEC; backing $BACKING_SPEC; region $CRASH_REGION_MIB MiB; sector $CRASH_SECTOR;" \
     "serve flags: ${SERVE_FLAGS[*]:-none}; ctl knobs: ${CTL_KNOBS[*]:-none}"
 }
 
@@ -259,7 +271,7 @@ crash_cycle() {
   start=$(startup_note)
   crash_warm_check "$i"
   local vlog=$WORK/verify.$i.log
-  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS >"$vlog" 2>&1 ||
+  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" >"$vlog" 2>&1 ||
     fail "cycle $i ($mode, killed after ${ran} ms): verify failed:
 $(cat "$vlog")
 (writer: $wsum; restart: $start)"
@@ -317,7 +329,8 @@ crash_main() {
   [[ $WARM_NOTE != *COLD* && $WARM_NOTE != *nothing* ]] ||
     fail "the warm check failed after a clean (warm) restart: $WARM_NOTE"
   WARM_CHECKED=$((WARM_CHECKED - 1))  # the control is not one of the cycles
-  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS >"$WORK/verify.final.log" 2>&1 ||
+  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
+    >"$WORK/verify.final.log" 2>&1 ||
     fail "verify after the clean restart failed: $(cat "$WORK/verify.final.log")"
   stop_server
 
