@@ -366,11 +366,18 @@ std::vector<uint64_t> ExtentIndex::DirtyStripes(uint32_t dev, uint64_t from, siz
   return out;
 }
 
-Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) {
+Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) { return ChangeIfSame(e, true, cleaned); }
+
+Status ExtentIndex::RemoveIfSame(const Extent& e) {
+  uint64_t n = 0;
+  return ChangeIfSame(e, false, &n);
+}
+
+Status ExtentIndex::ChangeIfSame(const Extent& e, bool clean, uint64_t* cleaned) {
   *cleaned = 0;
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
   if (e.start / stripe_ != (e.end() - 1) / stripe_)
-    return Status::InvalidArgument("extent index: MarkClean across a stripe");
+    return Status::InvalidArgument("extent index: a conditional change across a stripe");
   uint32_t id = ShardOf(e.dev, e.start);
   Shard* sh = shards_[id].get();
   MutexLock l(&sh->mu);
@@ -378,19 +385,21 @@ Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) {
   Status st = sh->tree->Lookup(e.dev, e.start, e.end(), &cur);
   for (const Extent& x : cur) {
     if (!st.ok()) break;
-    if (!x.dirty || x.gen != e.gen || x.cache_offset - x.start != e.cache_offset - e.start) continue;
+    if ((clean && !x.dirty) || x.gen != e.gen || x.cache_offset - x.start != e.cache_offset - e.start)
+      continue;
     Extent c = x;
     c.dirty = false;
     std::vector<Extent> removed;
-    st = sh->tree->Replace(x.dev, x.start, x.end(), &c, &removed);
+    st = sh->tree->Replace(x.dev, x.start, x.end(), clean ? &c : nullptr, &removed);
+    if (!clean) MarkChanged(x.dev, x.start, x.end(), seq_.fetch_add(1) + 1);
     // Journaled as the clean piece: replay replaces exactly this range.
-    if (st.ok()) {
+    if (st.ok() && clean) {
       AppendInsertOp(&sh->journal, c);
     } else {
       AppendInvalidateOp(&sh->journal, id, x.dev, x.start, x.end());
     }
     sh->journal_ops++;
-    AccountLocked(sh, removed, st.ok() ? &c : nullptr);
+    AccountLocked(sh, removed, st.ok() && clean ? &c : nullptr);
     if (st.ok()) *cleaned += x.len;
   }
   EvictLocked(sh);

@@ -112,6 +112,9 @@ class ExtentIndex {
   // still dirty); a part rewritten or removed meanwhile is left alone, so
   // writeback never marks clean data it did not write. *cleaned = bytes.
   Status MarkClean(const Extent& e, uint64_t* cleaned);
+  // GC: removes exactly the parts of e's range that still map to e's data
+  // (a stale pointer), never an extent inserted there since.
+  Status RemoveIfSame(const Extent& e);
   // Dirty bytes of dev (O(shards), shard locks).
   uint64_t DirtyBytes(uint32_t dev);
   // Up to `max` stripe numbers (offset / stripe_bytes) of dev at or after
@@ -183,6 +186,8 @@ class ExtentIndex {
       REQUIRES(sh->mu);
   void EncodeDirtyLocked(Shard* sh, std::vector<uint8_t>* out) REQUIRES(sh->mu);
   Status DecodeDirty(const std::vector<uint8_t>& blob);
+  // MarkClean (clean) or RemoveIfSame (!clean).
+  Status ChangeIfSame(const Extent& e, bool clean, uint64_t* changed);
   void EvictLocked(Shard* sh) REQUIRES(sh->mu);
   uint64_t ShardBudget() const;
   void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);

@@ -455,10 +455,9 @@ Result<uint64_t> CacheSet::RunGc() {
       live[buckets.BucketOf(e.cache_offset)] += static_cast<uint32_t>(e.len);
       return;
     }
-    // Invalidating the range may also drop a fresh extent inserted there
-    // since the walk saw the stale one: that is a future miss, never stale
-    // data (the backing device has everything; writeback must revisit this).
-    Status s = index_->Invalidate(e.dev, e.start, e.len);
+    // Only the stale pointer itself: an extent inserted over the range since
+    // the walk saw it may be dirty, the only copy of its data.
+    Status s = index_->RemoveIfSame(e);
     if (!s.ok() && drop_status.ok()) drop_status = s;
     dropped++;
   });

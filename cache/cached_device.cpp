@@ -299,13 +299,14 @@ void CachedDevice::Fill(uint64_t start, uint64_t len, const uint8_t* data, uint6
              .gen = space->gen, .dirty = false};
     set_->cache_dev()->Write(e.cache_offset, n, copy, 0, [this, e, since, copy, cap](Status st) {
       BufferPool::ForThread().Put(copy, cap);
-      set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
       if (!st.ok()) {
+        set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
         UB_WARN("{}: cache write failed: {}", spec_, st.ToString());
         return;
       }
       bool inserted = false;
       Status ist = set_->index().InsertIfUnchanged(e, since, &inserted);
+      set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));  // after the insert
       if (!ist.ok())
         UB_WARN("{}: index insert failed: {}", spec_, ist.ToString());
       else if (!inserted)
@@ -475,6 +476,10 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
       result = Status::IoError("cache device write failed");
     }
     if (!result.ok()) (void)set_->index().Invalidate(dev_, op->req.offset, op->req.len);
+    // Only now may the buckets be reclaimed: until the insert their dirty
+    // bytes are not counted, and a reclaim in between would bump the gen
+    // under the new extent (which would then read as stale: lost data).
+    for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
     dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
     IoRequest req = op->req;
     IoDone d = std::move(op->done);
@@ -493,8 +498,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
     op->pending++;
     uint64_t t0 = NowNanos();
     set_->cache_dev()->Write(e.cache_offset, e.len, static_cast<uint8_t*>(req.buf) + (e.start - req.offset), 0,
-                             [this, op, finish, t0, b = set_->buckets().BucketOf(e.cache_offset)](Status st) mutable {
-                               set_->buckets().WriteDone(b);
+                             [this, op, finish, t0](Status st) mutable {
                                uint64_t now = NowNanos();
                                set_->congestion().Observe(
                                    (now - t0) / 1000,
@@ -544,6 +548,9 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
       if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
       if (more) op->commit = set_->persistent();
     }
+    // After the insert: a bucket reclaimed before it would turn the new
+    // extent stale at once.
+    for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
     IoDone d = std::move(op->done);
     Status result = std::move(op->backing_status);
     bool commit = op->commit;
@@ -567,8 +574,7 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
       op->pending++;
       uint64_t t0 = NowNanos();
       set_->cache_dev()->Write(e.cache_offset, n, static_cast<uint8_t*>(req.buf) + off, 0,
-                               [this, op, finish, t0, b = space->bucket](Status st) mutable {
-                                 set_->buckets().WriteDone(b);
+                               [this, op, finish, t0](Status st) mutable {
                                  uint64_t now = NowNanos();
                                  set_->congestion().Observe(
                                      (now - t0) / 1000,
