@@ -4,7 +4,9 @@
 
 Subcommands (each takes --blocks N [--first-block F]: the region, 4 KiB blocks):
   prefill URI --log LOG      write every block of the region once, then FLUSH
-  write URI --log LOG        random writes until the connection dies, exit 0
+  write URI --log LOG        random 4..64 KiB writes (some FUA), a FLUSH every ~32,
+                             read-backs, 16 in flight, until the connection dies
+                             (exit 0) or --duration S is over (then FLUSH, exit 0)
   verify URI --log LOG --state STATE
                              read the region, check it against the log, exit 1
                              on any violation; STATE carries over between runs
@@ -176,10 +178,10 @@ def last_seq(path):
 
 
 class Write:
-    __slots__ = ("wid", "first", "n", "fua", "ack", "end", "durable", "cycle")
+    __slots__ = ("wid", "first", "n", "fua", "ack", "end", "durable")
 
-    def __init__(self, wid, first, n, fua, cycle):
-        self.wid, self.first, self.n, self.fua, self.cycle = wid, first, n, fua, cycle
+    def __init__(self, wid, first, n, fua):
+        self.wid, self.first, self.n, self.fua = wid, first, n, fua
         self.ack = None  # seq of the A line
         self.end = None  # seq of the A/E line, or of the cycle's end
         self.durable = False
@@ -226,7 +228,7 @@ def read_cycles(path, offset):
         if writes is None:
             raise SystemExit(f"{path}: '{line}' outside a cycle (no B line before it)")
         if kind == "W":
-            writes[seq] = Write(seq, int(p[3]), int(p[4]), p[5] == "1", len(cycles))
+            writes[seq] = Write(seq, int(p[3]), int(p[4]), p[5] == "1")
         elif kind == "A":
             w = writes[int(p[3])]
             w.ack = w.end = seq
@@ -280,7 +282,7 @@ class Model:
         os.replace(tmp, path)
 
     def apply(self, cycle):
-        """Folds one finished cycle in. Returns {block index: [writes to it]}."""
+        """Folds one finished cycle in."""
         per_block = {}
         for w in cycle:
             for b in range(w.first, w.first + w.n):
@@ -300,7 +302,6 @@ class Model:
                 self.durable[i] = last.wid
             else:
                 self.allowed[i] = self.allowed[i] + [w.wid for w in ws]
-        return per_block
 
 
 def region_reader(h, first, nblocks):
@@ -846,28 +847,28 @@ def selftest(_args):
         return bad, out.getvalue()
 
     def flushed_then_lost_unflushed(s, _):
-        a = s.write(0); s.flush()
+        s.write(0); s.flush()
         s.write(1, land=False)            # acked, never flushed, lost in the crash
         s.crash()
     case("a write acked after the last completed FLUSH may be lost", flushed_then_lost_unflushed, None)
     case("... and is counted as lost", flushed_then_lost_unflushed, "; 1 lost their last acked write", passes=True)
 
     def durable_lost(s, _):
-        a = s.write(0, land=False)        # acked before the FLUSH's issue, yet missing
+        s.write(0, land=False)        # acked before the FLUSH's issue, yet missing
         s.flush(); s.crash()
     case("a write acked before a completed FLUSH was issued must read back", durable_lost, "reads zeros, but write")
 
     def overwritten_by_stale(s, _):
         a = s.write(2); s.flush()
-        b = s.write(2); s.flush()
+        s.write(2); s.flush()
         s.land(a, 2)                      # the older durable write reappears
         s.crash()
     case("an older write never replaces a later durable one", overwritten_by_stale, "stale")
 
     def flush_in_flight(s, _):
-        a = s.write(0)
+        s.write(0)
         fid = s.log.event("F")
-        b = s.write(1, land=False)        # acked while the FLUSH ran: not covered
+        s.write(1, land=False)        # acked while the FLUSH ran: not covered
         s.log.event("D", fid); s.crash()
     case("a write acked while the FLUSH was in flight may be lost", flush_in_flight, None)
 
@@ -876,7 +877,7 @@ def selftest(_args):
     case("a FLUSH that never completed promises nothing", flush_not_done, None)
 
     def overwrite_lost(s, _):
-        a = s.write(0); s.flush()
+        s.write(0); s.flush()
         s.write(0, land=False)            # the unflushed overwrite is lost: a shows
         s.crash()
     case("an unflushed overwrite may be lost, the durable write before it shows", overwrite_lost, None)
@@ -966,7 +967,7 @@ def selftest(_args):
     case("a durable write of an earlier cycle must survive later crashes", durable_lost_next_cycle, "reads zeros")
 
     def resurrected(s, verify):
-        a = s.write(12); s.flush()
+        s.write(12); s.flush()
         b = s.write(12, land=False)       # acked, lost by the crash
         s.crash()
         assert verify() == 0              # sees a
