@@ -226,7 +226,7 @@ crash_cycle() {
   local ready=$WORK/ready.$i wlog=$WORK/writer.$i.log
   t0=$(date +%s%N)
   cw write "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS --seed $((CRASH_SEED * 1000 + i)) \
-    --rate "$CRASH_RATE" --ready "$ready" 2>"$wlog" &
+    --rate "$CRASH_RATE" --state "$CSTATE" --sector "$CRASH_SECTOR" --ready "$ready" 2>"$wlog" &
   wpid=$!
   WRITER_PID=$wpid
   local deadline=$((SECONDS + 20))
@@ -256,7 +256,9 @@ crash_cycle() {
   esac
   local ran=$((($(date +%s%N) - t0) / 1000000))
   local rc=0
-  timeout 30 tail --pid="$wpid" -f /dev/null || fail "cycle $i: the writer did not exit within 30 s of the kill"
+  local k
+  for ((k = 0; k < 600; k++)); do kill -0 "$wpid" 2>/dev/null || break; sleep 0.05; done
+  ((k < 600)) || fail "cycle $i: the writer did not exit within 30 s of the kill"
   wait "$wpid" || rc=$?
   WRITER_PID=""
   ((rc == 0)) || fail "cycle $i: the writer exited $rc: $(tail -n 5 "$wlog")"
@@ -320,7 +322,7 @@ crash_main() {
   # a clean stop and a restart, which is warm — and the warm check must
   # say so, or a cold result after kill -9 would prove nothing.
   cw write "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS --seed $((CRASH_SEED * 1000)) --rate "$CRASH_RATE" \
-    --duration 1 2>"$WORK/writer.final.log" || fail "the last writer run failed: $(cat "$WORK/writer.final.log")"
+    --state "$CSTATE" --sector "$CRASH_SECTOR" --duration 1 2>"$WORK/writer.final.log" || fail "the last writer run failed: $(cat "$WORK/writer.final.log")"
   stop_server
   crash_serve
   startup_line | grep -q "warm start" || fail "the restart after SIGTERM was not warm: $(startup_line)"

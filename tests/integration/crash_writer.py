@@ -85,6 +85,7 @@ reads: b holds D or a write to b issued after D was acknowledged.
 """
 
 import argparse
+import contextlib
 import errno
 import hashlib
 import io
@@ -258,6 +259,9 @@ class Model:
         # Per block touched since the last verify: its latest acknowledged
         # write (not saved: only for the report of lost unflushed writes).
         self.recent_acked = {}
+        # First block of every write an allowed list names: a block's
+        # expected bytes carry its index in the write.
+        self.firsts = {}
         self.log_offset = 0
         self.verifies = 0
 
@@ -271,20 +275,25 @@ class Model:
                 raise SystemExit(f"{path}: state is for blocks {s['first_block']}+{s['blocks']}, "
                                  f"not {first}+{nblocks}")
             m.allowed, m.durable = s["allowed"], s["durable"]
+            m.firsts = {int(k): v for k, v in s["firsts"].items()}
             m.log_offset, m.verifies = s["log_offset"], s["verifies"]
         return m
 
     def save(self, path):
+        live = {w for ids in self.allowed for w in ids}
+        self.firsts = {w: f for w, f in self.firsts.items() if w in live}
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"first_block": self.first, "blocks": self.n, "log_offset": self.log_offset,
-                       "verifies": self.verifies, "allowed": self.allowed, "durable": self.durable}, f)
+                       "verifies": self.verifies, "allowed": self.allowed, "durable": self.durable,
+                       "firsts": self.firsts}, f)
         os.replace(tmp, path)
 
     def apply(self, cycle):
         """Folds one finished cycle in."""
         per_block = {}
         for w in cycle:
+            self.firsts[w.wid] = w.first
             for b in range(w.first, w.first + w.n):
                 i = b - self.first
                 if not 0 <= i < self.n:
@@ -323,15 +332,15 @@ def region_reader(h, first, nblocks):
         off += n
 
 
-def sector_mix(data, b, allowed, writes, sector):
+def sector_mix(data, b, allowed, firsts, sector):
     """The allowed write ids that, sector by sector, make up `data`, or None
-    when some sector matches none of them."""
+    when some sector matches none of them. firsts: write id -> first block."""
     expect = {}
     for wid in allowed:
         if wid == INIT:
             expect[wid] = ZERO_BLOCK
-        elif wid in writes:
-            expect[wid] = make_block(wid, b, b - writes[wid][0])
+        elif wid in firsts:
+            expect[wid] = make_block(wid, b, b - firsts[wid])
     used = set()
     for off in range(0, BLOCK, sector):
         piece = data[off:off + sector]
@@ -384,9 +393,7 @@ def check_region(model, blocks, wrote_to, max_list=10, sector=BLOCK):
                 why = (f"holds write {wid}, stale: may hold only {shorten(allowed)}"
                        f" (latest durable write {d})")
         elif sector < BLOCK:
-            if writes is None:
-                writes = wrote_to()
-            mix = sector_mix(data, b, allowed, writes, sector)
+            mix = sector_mix(data, b, allowed, model.firsts, sector)
             if mix is not None:
                 # Legal only because the devices may tear at `sector`; the
                 # block stays free to hold any of its allowed writes.
@@ -534,6 +541,15 @@ class Writer:
         self.done = []  # completions: (kind, id, errno), filled by callbacks
         self.inflight = {}  # id -> (kind, first, n, buffer)
         self.latest = {}  # block -> write id of its latest acked write this cycle (None: unknown)
+        # What each block may hold as the cycle starts (the last verify's
+        # state): a block not yet written in this cycle must read as one of them.
+        self.model = None
+        if args.state and os.path.exists(args.state):
+            m = Model.load(args.state, args.first_block, args.blocks)
+            if m.log_offset == os.path.getsize(args.log):
+                self.model = m
+            else:  # cycles since the last verify: the state is not the blocks' now
+                print(f"crash_writer: {args.state} is older than {args.log}; not used", file=sys.stderr)
         self.flush_inflight = False
         self.until_flush = self.next_flush_gap()
         self.stats = dict(writes=0, acked=0, fua=0, flushes=0, flushes_done=0, reads=0, checked=0, bad=0,
@@ -615,18 +631,33 @@ class Writer:
 
     def check_read(self, log, first, n, data):
         """No write to these blocks was in flight during the read: each must
-        hold its latest write acked in this cycle (blocks not written in this
-        cycle: a well-formed block of theirs, or zeros)."""
+        hold its latest write acked in this cycle; a block not written in
+        this cycle, what the last verify left it (with --state; else any
+        well-formed block of its own, or zeros)."""
         for j in range(n):
             b = first + j
-            wid, why = decode_block(bytes(data[j * BLOCK:(j + 1) * BLOCK]), b)
-            want = self.latest.get(b, "any")
+            block = bytes(data[j * BLOCK:(j + 1) * BLOCK])
+            wid, why = decode_block(block, b)
             self.stats["checked"] += 1
-            if why is None and (want in ("any", None) or wid == want):
-                continue
+            if b in self.latest:
+                want = self.latest[b]
+                if want is None or (why is None and wid == want):
+                    continue  # None: its last write failed, it may hold anything it was
+            elif self.model:
+                want = self.model.allowed[b - self.a.first_block]
+                if why is None and wid in want:
+                    continue
+                if self.a.sector < BLOCK and sector_mix(block, b, want, self.model.firsts, self.a.sector):
+                    continue
+                want = shorten(want)
+            else:
+                want = "any"
+                if why is None or self.a.sector < BLOCK:
+                    continue
             self.stats["bad"] += 1
-            log.event("V", b, want, why or wid)
-            print(f"crash_writer: read-back of block {b}: want write {want}, got {why or wid}", file=sys.stderr)
+            got = why or wid
+            log.event("V", b, str(want).replace(" ", ""), str(got).replace(" ", "_"))
+            print(f"crash_writer: read-back of block {b}: want write {want}, got {got}", file=sys.stderr)
 
     def run(self, uri):
         h = connect(uri)
@@ -991,6 +1022,39 @@ def selftest(_args):
         s.log.event("V", 3, 7, 5); s.crash()
     case("the writer's own read-back mismatch fails the verify", online, "READ-BACK MISMATCH")
 
+    def writer_readback(name, block_of, want_bad, sector=BLOCK, torn=False):
+        """The writer's own check of a block it has not written this cycle
+        (torn: the verify before saw a 512-byte mix of a and b there)."""
+        nonlocal failures
+        with tempfile.TemporaryDirectory() as d:
+            sim = Sim(os.path.join(d, "log"), 16)
+            state = os.path.join(d, "state")
+            a = sim.write(0); sim.flush()
+            b = sim.write(0, land=False, ack=False)
+            if torn:
+                sim.disk[0] = make_block(b, 0, 0)[:512] + make_block(a, 0, 0)[512:]
+            sim.crash(); sim.log.close()
+            verify_now(sim, state, True, 512 if torn else BLOCK)  # block 0 holds a (or the mix)
+            args = argparse.Namespace(seed=1, flush_every=32, state=state, log=sim.path, first_block=0,
+                                      blocks=sim.n, sector=sector)
+            wr = Writer(args)
+            log = Log(sim.path)
+            with contextlib.redirect_stderr(io.StringIO()):
+                wr.check_read(log, 0, 1, block_of(a, b))
+            log.close()
+            ok = wr.stats["bad"] == want_bad
+            failures += not ok
+            print(f"selftest: {'ok  ' if ok else 'FAIL'} {name}: {wr.stats['bad']} wrong")
+
+    writer_readback("writer: a block not written this cycle reads as the last verify left it",
+                    lambda a, b: make_block(a, 0, 0), 0)
+    writer_readback("writer: ... and a write the verify did not see there is wrong",
+                    lambda a, b: make_block(b, 0, 0), 1)
+    mix = lambda a, b: make_block(b, 0, 0)[:512] + make_block(a, 0, 0)[512:]  # noqa: E731
+    writer_readback("writer: with --sector 512, the mix the verify saw reads back fine", mix, 0,
+                    sector=512, torn=True)
+    writer_readback("writer: ... and without --sector it is torn", mix, 1, torn=True)
+
     print(f"selftest: {'all ok' if failures == 0 else f'{failures} case(s) FAILED'}")
     return 1 if failures else 0
 
@@ -1017,6 +1081,9 @@ def main():
     sp.add_argument("--rate", type=float, default=0, help="max requests/s (0: no limit)")
     sp.add_argument("--duration", type=float, default=0, help="stop after S seconds, flush, exit (0: run until the connection dies)")
     sp.add_argument("--ready", help="create this file once connected")
+    sp.add_argument("--state", help="the verifier's state: what blocks not written yet must read as")
+    sp.add_argument("--sector", type=int, default=BLOCK, choices=[512, 1024, 2048, BLOCK],
+                    help="as for verify")
     sp = sub.add_parser("verify"); region(sp)
     sp.add_argument("--state", required=True)
     sp.add_argument("--no-narrow", action="store_true", help="do not treat what a verify read as durable")
