@@ -368,6 +368,36 @@ std::vector<uint64_t> ExtentIndex::DirtyStripes(uint32_t dev, uint64_t from, siz
 
 Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) { return ChangeIfSame(e, true, cleaned); }
 
+Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty) {
+  *has_dirty = false;
+  UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
+  uint64_t end = start + len;
+  ShardLocks locks(this, ShardsFor(dev, start, end));
+  MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
+  Status result;
+  std::vector<Extent> cur, removed;
+  for (uint32_t id : locks.ids()) {
+    Shard* sh = shards_[id].get();
+    AssertHeld(sh->mu);
+    cur.clear();
+    Status st = sh->tree->Lookup(dev, start, end, &cur);
+    for (const Extent& x : cur) {
+      if (!st.ok()) break;
+      if (x.dirty) {
+        *has_dirty = true;
+        continue;
+      }
+      removed.clear();
+      st = sh->tree->Replace(dev, x.start, x.end(), nullptr, &removed);
+      AppendInvalidateOp(&sh->journal, id, dev, x.start, x.end());
+      sh->journal_ops++;
+    }
+    if (!st.ok() && result.ok()) result = st;
+    EvictLocked(sh);
+  }
+  return result;
+}
+
 Status ExtentIndex::RemoveIfSame(const Extent& e) {
   uint64_t n = 0;
   return ChangeIfSame(e, false, &n);

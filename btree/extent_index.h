@@ -112,6 +112,11 @@ class ExtentIndex {
   // still dirty); a part rewritten or removed meanwhile is left alone, so
   // writeback never marks clean data it did not write. *cleaned = bytes.
   Status MarkClean(const Extent& e, uint64_t* cleaned);
+  // A write's first step: removes the clean extents of the range (so
+  // nothing stale is read while the write is in flight, and racing fills
+  // are refused) but keeps dirty ones — they are the only copy until the
+  // write's own insert replaces them in one step. *has_dirty: any kept.
+  Status InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty);
   // GC: removes exactly the parts of e's range that still map to e's data
   // (a stale pointer), never an extent inserted there since.
   Status RemoveIfSame(const Extent& e);

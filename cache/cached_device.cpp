@@ -337,32 +337,43 @@ bool CachedDevice::ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bo
   return in_use <= k.cutoff_writeback.load(std::memory_order_relaxed);
 }
 
-void CachedDevice::RegisterWriteback(uint64_t start, uint64_t end) {
+bool CachedDevice::RegisterWriteback(uint64_t start, uint64_t end) {
   std::lock_guard<std::mutex> l(wb_mu_);
-  wb_ranges_.emplace_back(start, end);
+  // A foreground write over dirty data owns the range until its insert: the
+  // dirty copy it replaces must not be written back over its data.
+  for (const Range& r : ranges_)
+    if (!r.writeback && r.start < end && start < r.end) return false;
+  ranges_.push_back({start, end, true});
   wb_count_.fetch_add(1, std::memory_order_seq_cst);
+  return true;
 }
 
-void CachedDevice::ReleaseWriteback(uint64_t start, uint64_t end) {
+void CachedDevice::ReleaseRange(uint64_t start, uint64_t end, bool writeback) {
   std::vector<Waiter> ready;
   {
     std::lock_guard<std::mutex> l(wb_mu_);
-    auto it = std::find(wb_ranges_.begin(), wb_ranges_.end(), std::make_pair(start, end));
-    if (it != wb_ranges_.end()) wb_ranges_.erase(it);
-    wb_count_.fetch_sub(1, std::memory_order_seq_cst);
+    auto it = std::find_if(ranges_.begin(), ranges_.end(), [&](const Range& r) {
+      return r.start == start && r.end == end && r.writeback == writeback;
+    });
+    if (it != ranges_.end()) ranges_.erase(it);
+    if (writeback) wb_count_.fetch_sub(1, std::memory_order_seq_cst);
     for (size_t i = 0; i < wb_waiters_.size();) {
       Waiter& w = wb_waiters_[i];
-      bool blocked = std::any_of(wb_ranges_.begin(), wb_ranges_.end(),
-                                 [&](const auto& r) { return r.first < w.end && w.start < r.second; });
-      if (blocked) {
+      if (OverlapsWritebackLocked(w.start, w.end)) {
         i++;
         continue;
       }
+      if (w.take) ranges_.push_back({w.start, w.end, false});
       ready.push_back(std::move(w));
       wb_waiters_.erase(wb_waiters_.begin() + static_cast<long>(i));
     }
   }
   for (Waiter& w : ready) w.reactor->Post(std::move(w.fn));
+}
+
+bool CachedDevice::OverlapsWritebackLocked(uint64_t start, uint64_t end) const {
+  return std::any_of(ranges_.begin(), ranges_.end(),
+                     [&](const Range& r) { return r.writeback && r.start < end && start < r.end; });
 }
 
 void CachedDevice::AfterWriteback(uint64_t start, uint64_t end, Callback<void()> fn) {
@@ -371,12 +382,22 @@ void CachedDevice::AfterWriteback(uint64_t start, uint64_t end, Callback<void()>
   // registration is seen here (Writeback::Pass registers, then looks up).
   if (wb_count_.load(std::memory_order_seq_cst) != 0) {
     std::lock_guard<std::mutex> l(wb_mu_);
-    bool blocked = std::any_of(wb_ranges_.begin(), wb_ranges_.end(),
-                               [&](const auto& r) { return r.first < end && start < r.second; });
-    if (blocked) {
-      wb_waiters_.push_back({start, end, Reactor::Current(), std::move(fn)});
+    if (OverlapsWritebackLocked(start, end)) {
+      wb_waiters_.push_back({start, end, false, Reactor::Current(), std::move(fn)});
       return;
     }
+  }
+  fn();
+}
+
+void CachedDevice::BeginForeground(uint64_t start, uint64_t end, Callback<void()> fn) {
+  {
+    std::lock_guard<std::mutex> l(wb_mu_);
+    if (OverlapsWritebackLocked(start, end)) {
+      wb_waiters_.push_back({start, end, true, Reactor::Current(), std::move(fn)});
+      return;
+    }
+    ranges_.push_back({start, end, false});
   }
   fn();
 }
@@ -392,9 +413,13 @@ void CachedDevice::SetDirtyOk(bool ok) {
 }
 
 void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
-  // Nothing stale may be read from the cache while this write is in flight.
-  uint64_t removed_dirty = 0;
-  Status st = set_->index().Invalidate(dev_, req.offset, req.len, &removed_dirty);
+  // Nothing stale may be read from the cache while this write is in flight:
+  // clean copies go now. Dirty ones stay (the only copy of acknowledged
+  // data) until this write's insert replaces them in one step, so no
+  // commit in between can leave the range with neither the old data nor
+  // the new: that would read back the backing device's older copy.
+  bool has_dirty = false;
+  Status st = set_->index().InvalidateClean(dev_, req.offset, req.len, &has_dirty);
   if (!st.ok()) {
     CompleteLater(std::move(done), st);
     return;
@@ -402,12 +427,12 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
   bool seq_bypass = !attached() || ShouldBypass(req, true);  // once: it feeds the stream detector
   if (attached() && mode == CacheMode::kWriteback && writeback_ &&
-      ShouldWriteback(req, removed_dirty > 0, seq_bypass) && WriteBack(req, done))
+      ShouldWriteback(req, has_dirty, seq_bypass) && WriteBack(req, done, has_dirty))
     return;
   // A write over dirty data is cached even when it goes through (bcache).
-  bool bypass = !attached() || (seq_bypass && !(mode == CacheMode::kWriteback && removed_dirty > 0));
+  bool bypass = !attached() || (seq_bypass && !has_dirty);
   // In the writeback path WriteBack gave `done` back when it could not take the write.
-  WriteThrough(req, std::move(done), bypass, removed_dirty);
+  WriteThrough(req, std::move(done), bypass, has_dirty);
 }
 
 struct WriteBackOp {
@@ -418,7 +443,7 @@ struct WriteBackOp {
   std::vector<Extent> extents;
 };
 
-bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
+bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty) {
   // The handshake with Writeback::StateTransitions: counted first, then the
   // state read (both seq_cst), so the thread never marks the backing
   // superblock clean under a write it did not see.
@@ -430,7 +455,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
     std::lock_guard<std::mutex> l(wb_mu_);
     if (!dirty_ok_.load(std::memory_order_seq_cst)) {
       IoRequest r = req;
-      dirty_waiters_.push_back({0, 0, Reactor::Current(), [this, r, d = std::move(done)]() mutable {
+      dirty_waiters_.push_back({0, 0, false, Reactor::Current(), [this, r, d = std::move(done)]() mutable {
                                   dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
                                   DoWrite(r, std::move(d));
                                 }});
@@ -462,7 +487,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
                                  .dirty = true});
   }
   op->done = std::move(done);
-  auto finish = [this, op]() {
+  auto finish = [this, op, has_dirty]() {
     if (--op->pending > 0) return;
     Status result;
     if (op->ok) {
@@ -475,7 +500,8 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
     } else {
       result = Status::IoError("cache device write failed");
     }
-    if (!result.ok()) (void)set_->index().Invalidate(dev_, op->req.offset, op->req.len);
+    // On failure the write goes through below, whose own insert (or
+    // invalidation, once the backing device has the data) fixes the range.
     // Only now may the buckets be reclaimed: until the insert their dirty
     // bytes are not counted, and a reclaim in between would bump the gen
     // under the new extent (which would then read as stale: lost data).
@@ -488,7 +514,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done) {
     if (!result.ok()) {
       // The cache could not take it: the backing device still can.
       UB_WARN("{}: writeback write failed ({}); writing through", spec_, result.ToString());
-      WriteThrough(req, std::move(d), true, 0);
+      WriteThrough(req, std::move(d), !has_dirty, has_dirty);
       return;
     }
     // FUA: its data and the journal entry that finds it are durable first.
@@ -524,7 +550,7 @@ struct CachedDevice::WriteOp {
   std::vector<Extent> extents;  // written to the cache, to insert when all is done
 };
 
-void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, uint64_t removed_dirty) {
+void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, bool has_dirty) {
   auto* op = new WriteOp();
   op->req = req;
   op->done = std::move(done);
@@ -532,8 +558,8 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
   // dirty data, is acknowledged only once the invalidation is committed —
   // else a crash would replay the old copy (and writeback write it over
   // this one).
-  op->commit = set_->persistent() && (removed_dirty > 0 || (req.flags & kIoFua));
-  auto finish = [this, op]() {
+  op->commit = set_->persistent() && (has_dirty || (req.flags & kIoFua));
+  auto finish = [this, op, has_dirty]() {
     if (--op->pending > 0) return;
     if (op->backing_status.ok() && op->cache_ok && !op->extents.empty()) {
       for (const Extent& e : op->extents) {
@@ -543,11 +569,16 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
     } else {
       // Bypassed, failed, or cache copy incomplete: drop whatever may have
       // been cached meanwhile (fills of racing misses included).
+      // A failed backing write keeps dirty copies: they are still the data.
       uint64_t more = 0;
-      Status ist = set_->index().Invalidate(dev_, op->req.offset, op->req.len, &more);
+      bool still_dirty = false;
+      Status ist = op->backing_status.ok()
+                       ? set_->index().Invalidate(dev_, op->req.offset, op->req.len, &more)
+                       : set_->index().InvalidateClean(dev_, op->req.offset, op->req.len, &still_dirty);
       if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
       if (more) op->commit = set_->persistent();
     }
+    if (has_dirty) ReleaseRange(op->req.offset, op->req.offset + op->req.len, false);
     // After the insert: a bucket reclaimed before it would turn the new
     // extent stale at once.
     for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
@@ -586,15 +617,21 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
     }
   }
   // The backing write waits for any writeback of the range in flight, so
-  // writeback's older copy never lands after it.
+  // writeback's older copy never lands after it; over dirty data it also
+  // holds the range until its insert, so writeback does not start on the
+  // dirty copy it replaces.
   op->pending++;
-  AfterWriteback(req.offset, req.offset + req.len, [this, op, finish]() mutable {
+  auto issue = [this, op, finish]() mutable {
     backing_->Write(op->req.offset, op->req.len, op->req.buf, op->req.flags,
                     [op, finish](Status st) mutable {
                       op->backing_status = std::move(st);
                       finish();
                     });
-  });
+  };
+  if (has_dirty)
+    BeginForeground(req.offset, req.offset + req.len, std::move(issue));
+  else
+    AfterWriteback(req.offset, req.offset + req.len, std::move(issue));
   finish();
 }
 
@@ -623,22 +660,31 @@ void CachedDevice::DoFlush(IoDone done) {
 }
 
 void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
-  uint64_t removed_dirty = 0;
-  Status st = set_->index().Invalidate(dev_, req.offset, req.len, &removed_dirty);
+  bool has_dirty = false;
+  Status st = set_->index().InvalidateClean(dev_, req.offset, req.len, &has_dirty);
   if (!st.ok()) {
     CompleteLater(std::move(done), st);
     return;
   }
-  AfterWriteback(req.offset, req.offset + req.len, [this, req, removed_dirty, done = std::move(done)]() mutable {
-    backing_->Submit(req, [this, req, removed_dirty, done = std::move(done)](Status st2) mutable {
+  auto issue = [this, req, has_dirty, done = std::move(done)]() mutable {
+    backing_->Submit(req, [this, req, has_dirty, done = std::move(done)](Status st2) mutable {
+      // Dirty copies go only once the backing device has the discard (a
+      // failed discard keeps them: they are still the data).
       uint64_t more = 0;
-      Status ist = set_->index().Invalidate(dev_, req.offset, req.len, &more);
+      bool still = false;
+      Status ist = st2.ok() ? set_->index().Invalidate(dev_, req.offset, req.len, &more)
+                            : set_->index().InvalidateClean(dev_, req.offset, req.len, &still);
       if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
+      if (has_dirty) ReleaseRange(req.offset, req.offset + req.len, false);
       // Discarding dirty data: the invalidation is durable before the ack,
       // so no replay brings the old copy back over the discarded range.
-      Finish(std::move(done), std::move(st2), set_->persistent() && removed_dirty + more > 0);
+      Finish(std::move(done), std::move(st2), set_->persistent() && (has_dirty || more > 0));
     });
-  });
+  };
+  if (has_dirty)
+    BeginForeground(req.offset, req.offset + req.len, std::move(issue));
+  else
+    AfterWriteback(req.offset, req.offset + req.len, std::move(issue));
 }
 
 }  // namespace ubcache

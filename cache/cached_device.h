@@ -86,23 +86,34 @@ class CachedDevice final : public BlockDevice {
   struct WriteOp;
   struct Waiter {
     uint64_t start, end;  // the range it waits for (writeback ranges)
+    bool take;            // then holds it as a foreground range (BeginForeground)
     Reactor* reactor;
     Callback<void()> fn;
+  };
+  struct Range {
+    uint64_t start, end;
+    bool writeback;  // the writeback thread's; else a foreground write over dirty data
   };
   bool ShouldBypass(const IoRequest& req, bool write);
   void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);
   void DoWrite(const IoRequest& req, IoDone done);
-  // The writethrough/writearound/bypass write, after the range was
-  // invalidated (`removed_dirty` bytes of dirty data with it).
-  void WriteThrough(const IoRequest& req, IoDone done, bool bypass, uint64_t removed_dirty);
+  // The writethrough/writearound/bypass write, after the range's clean
+  // extents were invalidated (`has_dirty`: dirty ones are still there).
+  void WriteThrough(const IoRequest& req, IoDone done, bool bypass, bool has_dirty);
   // The writeback write: data to the cache only, inserted dirty; false when
   // it cannot be taken (no space): the caller writes through instead.
-  bool WriteBack(const IoRequest& req, IoDone& done);
+  bool WriteBack(const IoRequest& req, IoDone& done, bool has_dirty);
   bool ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass);
   // Runs fn (on this reactor) once no writeback write overlaps [start, end).
   void AfterWriteback(uint64_t start, uint64_t end, Callback<void()> fn);
-  void RegisterWriteback(uint64_t start, uint64_t end);
-  void ReleaseWriteback(uint64_t start, uint64_t end);
+  // The same, then holds [start, end) until ReleaseRange(.., false): the
+  // writeback thread skips it meanwhile.
+  void BeginForeground(uint64_t start, uint64_t end, Callback<void()> fn);
+  // The writeback thread's claim on a range; false when a foreground write
+  // over dirty data holds part of it (skip it this pass).
+  bool RegisterWriteback(uint64_t start, uint64_t end);
+  void ReleaseRange(uint64_t start, uint64_t end, bool writeback);
+  bool OverlapsWritebackLocked(uint64_t start, uint64_t end) const;
   void SetDirtyOk(bool ok);
   // Acknowledges `done` with `st`, after a commit when `commit`.
   void Finish(IoDone done, Status st, bool commit);
@@ -136,10 +147,10 @@ class CachedDevice final : public BlockDevice {
   // Ranges the writeback thread is writing to the backing device, and the
   // foreground backing writes waiting for them; writes waiting for dirty_ok_.
   std::mutex wb_mu_;
-  std::vector<std::pair<uint64_t, uint64_t>> wb_ranges_;  // under wb_mu_
+  std::vector<Range> ranges_;                              // under wb_mu_
   std::vector<Waiter> wb_waiters_;                         // under wb_mu_
   std::vector<Waiter> dirty_waiters_;                      // under wb_mu_
-  std::atomic<uint32_t> wb_count_{0};                      // wb_ranges_.size()
+  std::atomic<uint32_t> wb_count_{0};                      // writeback ranges_
   bool can_writeback_ = false;
   std::unique_ptr<Writeback> writeback_;  // last: stopped before the rest goes
 };

@@ -183,9 +183,12 @@ uint64_t Writeback::Pass(bool full_speed) {
   std::vector<std::unique_ptr<Piece>> pieces;
   std::vector<Extent> found;
   BucketAllocator& buckets = d.set_->buckets();
-  for (const Run& r : runs) {
+  for (Run& r : runs) {
     if (r.start >= r.end) continue;
-    d.RegisterWriteback(r.start, r.end);
+    if (!d.RegisterWriteback(r.start, r.end)) {
+      r.end = r.start;  // a foreground write owns part of it: next pass
+      continue;
+    }
     Status st = index.Lookup(d.dev_, r.start, r.end - r.start, &found);
     if (!st.ok()) continue;
     for (const Extent& e : found) {
@@ -295,7 +298,7 @@ uint64_t Writeback::Pass(bool full_speed) {
   if (!fst.ok()) UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d.spec(), fst.ToString());
   for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
   for (const Run& r : runs)
-    if (r.start < r.end) d.ReleaseWriteback(r.start, r.end);
+    if (r.start < r.end) d.ReleaseRange(r.start, r.end, true);
   backoff_ns_ = failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
   written_ += bytes;
   return bytes + (pieces.empty() ? 0 : 1);  // found something, even if nothing got cleaner
