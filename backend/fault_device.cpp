@@ -190,30 +190,42 @@ std::vector<IoRequest> FaultDevice::TearLocked(const IoRequest& req) {
   return through;
 }
 
-void FaultDevice::PatchFromOverlay(const IoRequest& req) {
+FaultDevice::Patch FaultDevice::PatchLocked(const IoRequest& req) {
   const uint64_t bs = block_size_;
-  MutexLock l(&mu_);
-  if (overlay_.empty() && flushing_.empty()) return;
+  Patch patch;
+  if (overlay_.empty() && flushing_.empty()) return patch;
   for (uint64_t off = 0; off < req.len; off += bs) {
     uint64_t blk = (req.offset + off) / bs;
     auto it = overlay_.find(blk);
-    const std::vector<uint8_t>* src = nullptr;
     if (it != overlay_.end()) {
-      src = &it->second;
+      patch.emplace_back(off, it->second);
     } else if (auto f = flushing_.find(blk); f != flushing_.end()) {
-      src = &f->second;
+      patch.emplace_back(off, f->second);
     }
-    if (src) std::memcpy(static_cast<uint8_t*>(req.buf) + off, src->data(), bs);
   }
+  return patch;
+}
+
+bool FaultDevice::OverlapsFlushingLocked(const IoRequest& req) {
+  if (flushing_.empty()) return false;
+  const uint64_t bs = block_size_;
+  for (uint64_t off = 0; off < req.len; off += bs)
+    if (flushing_.count((req.offset + off) / bs)) return true;
+  return false;
 }
 
 void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
   uint64_t latency;
   bool hold = false;
   std::vector<IoRequest> through;  // tear_unflushed: the parts that reach the device below now
+  Patch patch;
   {
     MutexLock l(&mu_);
     latency = config_.latency_us;
+    if (req.op == IoOp::kFlush && flush_active_) {
+      after_flush_.push_back({Reactor::Current(), req, std::move(done)});
+      return;
+    }
     if (ShouldFail(req)) {
       injected_++;
       Status st = Status::IoError(spec_ + ": injected " + IoOpName(req.op) + " error at " +
@@ -231,12 +243,18 @@ void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
     } else if (volatile_write && config_.drop_unflushed) {
       StoreInOverlay(req);
       hold = true;
+    } else if (write_like && OverlapsFlushingLocked(req)) {
+      // Written below now, it could land before the older copy the flush is
+      // writing out there, and lose to it: after the flush.
+      after_flush_.push_back({Reactor::Current(), req, std::move(done)});
+      return;
     } else if (write_like) {
       // Durable now (FUA) or not held: newer than anything in the overlay,
       // including blocks a flush in progress is still writing out, which
       // reads would otherwise patch over this write.
       DropFromOverlay(req);
     }
+    if (req.op == IoOp::kRead) patch = PatchLocked(req);
   }
   if (hold) {
     Reactor::Current()->Defer([this, done = std::move(done), latency]() mutable {
@@ -252,8 +270,9 @@ void FaultDevice::DoSubmit(const IoRequest& req, IoDone done) {
     SubmitThrough(std::move(through), std::move(done), latency);
     return;
   }
-  lower_->Submit(req, [this, req, done = std::move(done), latency](Status st) mutable {
-    if (st.ok() && req.op == IoOp::kRead) PatchFromOverlay(req);
+  lower_->Submit(req, [this, req, patch = std::move(patch), done = std::move(done), latency](Status st) mutable {
+    if (st.ok())
+      for (const auto& [off, data] : patch) std::memcpy(static_cast<uint8_t*>(req.buf) + off, data.data(), data.size());
     Deliver(std::move(done), std::move(st), latency);
   });
 }
@@ -289,15 +308,12 @@ void FaultDevice::DoFlush(IoDone done, uint64_t latency) {
       if (--pending > 0) return;
       dev->lower_->Flush([this](Status st2) {
         if (!st2.ok() && first_error.ok()) first_error = std::move(st2);
-        {
-          MutexLock l(&dev->mu_);
-          dev->flushing_.clear();
-        }
         FaultDevice* d = dev;
         IoDone cb = std::move(done);
         Status result = std::move(first_error);
         uint64_t lat = latency;
         delete this;
+        d->FlushDone();
         d->Deliver(std::move(cb), std::move(result), lat);
       });
     }
@@ -306,6 +322,7 @@ void FaultDevice::DoFlush(IoDone done, uint64_t latency) {
   Overlay blocks;
   {
     MutexLock l(&mu_);
+    flush_active_ = true;
     for (auto& [blk, data] : overlay_) flushing_[blk] = data;
     blocks.swap(overlay_);
   }
@@ -318,6 +335,20 @@ void FaultDevice::DoFlush(IoDone done, uint64_t latency) {
     fs->bufs.push_back(std::move(buf));
   }
   fs->Put(Status::OK());
+}
+
+void FaultDevice::FlushDone() {
+  std::vector<Queued> queued;
+  {
+    MutexLock l(&mu_);
+    flushing_.clear();  // all written below and flushed: the device has them
+    flush_active_ = false;
+    queued.swap(after_flush_);
+  }
+  // Each on its own reactor, in order; a queued flush starts the next round
+  // and whatever follows it queues again behind that.
+  for (Queued& q : queued)
+    q.reactor->Post([this, req = q.req, done = std::move(q.done)]() mutable { Submit(req, std::move(done)); });
 }
 
 }  // namespace ubcache

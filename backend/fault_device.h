@@ -88,8 +88,14 @@ class FaultDevice final : public BlockDevice {
   // Holds some sectors of `req` and returns the runs to write through now.
   std::vector<IoRequest> TearLocked(const IoRequest& req) REQUIRES(mu_);
   void SubmitThrough(std::vector<IoRequest> parts, IoDone done, uint64_t latency_us);
-  void PatchFromOverlay(const IoRequest& req) EXCLUDES(mu_);
+  // The overlay's copies of a read's blocks, taken when the read is
+  // submitted (a flush finishing while the read is below must not take
+  // them away before the read sees them), applied when it completes.
+  using Patch = std::vector<std::pair<uint64_t, std::vector<uint8_t>>>;  // byte offset in req
+  Patch PatchLocked(const IoRequest& req) REQUIRES(mu_);
+  bool OverlapsFlushingLocked(const IoRequest& req) REQUIRES(mu_);
   void DoFlush(IoDone done, uint64_t latency_us);
+  void FlushDone() EXCLUDES(mu_);
 
   std::unique_ptr<BlockDevice> lower_;
   mutable Mutex mu_;
@@ -98,7 +104,17 @@ class FaultDevice final : public BlockDevice {
   uint64_t tear_rng_ GUARDED_BY(mu_);  // tear_unflushed draws, apart so eio_p leaves them alone
   uint64_t injected_ GUARDED_BY(mu_) = 0;
   Overlay overlay_ GUARDED_BY(mu_);
-  Overlay flushing_ GUARDED_BY(mu_);  // taken from overlay_ by a flush in progress
+  Overlay flushing_ GUARDED_BY(mu_);  // taken from overlay_ by the flush in progress
+  // One flush at a time: two writing the same block below could land out of
+  // order. Flushes, and durable writes over blocks the flush is writing
+  // out, wait for it and are resubmitted on their own reactors.
+  struct Queued {
+    Reactor* reactor;
+    IoRequest req;
+    IoDone done;
+  };
+  bool flush_active_ GUARDED_BY(mu_) = false;
+  std::vector<Queued> after_flush_ GUARDED_BY(mu_);
 };
 
 }  // namespace ubcache
