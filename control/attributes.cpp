@@ -233,7 +233,7 @@ std::vector<Attribute> BuildTable() {
 
   // ---- backing device (bcache: /sys/block/bcacheN/bcache/) ----
   t.push_back(EnumKnob(
-      "cache_mode", bdev, "writethrough, writeback (as writethrough until writeback lands), writearound, none",
+      "cache_mode", bdev, "writethrough, writeback (with a formatted cache and backing device), writearound, none",
       "cache_mode", "mode", {"writethrough", "writeback", "writearound", "none"}, "writethrough",
       [](Reading& r) { return Value::Text(CacheModeName(r.target().set->knobs().cache_mode.load())); },
       SetCacheMode));
@@ -260,12 +260,26 @@ std::vector<Attribute> BuildTable() {
   t.push_back(IntKnob("writeback_rate_minimum", bdev, "lowest writeback rate, bytes/s",
                       &CacheKnobs::writeback_rate_minimum, 512, kUint * 512, "bytes/s", true,
                       "writeback_rate_minimum_bytes_per_second"));
-  t.push_back(Stat("dirty_data", bdev, "bytes in the cache not yet on the backing device (no writeback yet: 0)",
-                   "dirty_data_bytes", MetricType::kGauge, [](Reading&) { return Value::Int(0); }));
+  t.push_back(Stat("dirty_data", bdev, "bytes in the cache not yet on the backing device",
+                   "dirty_data_bytes", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().device->dirty_bytes()); }));
+  t.push_back(Stat("writeback_written", bdev, "bytes written back to the backing device since start",
+                   "writeback_written_bytes_total", MetricType::kCounter, [](Reading& r) {
+                     Writeback* wb = r.target().device->writeback();
+                     return Value::Int(wb ? wb->written_bytes() : 0);
+                   }));
+  t.push_back(Stat("writeback_errors", bdev, "failed writeback reads or writes (the data stays dirty and is retried)",
+                   "writeback_errors_total", MetricType::kCounter, [](Reading& r) {
+                     Writeback* wb = r.target().device->writeback();
+                     return Value::Int(wb ? wb->errors() : 0);
+                   }));
   {
     Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state", "state",
                        MetricType::kGauge, [](Reading& r) {
-                         return Value::Text(r.target().device->attached() ? "clean" : "no cache");
+                         const Target& t = r.target();
+                         if (!t.device->attached()) return Value::Text("no cache");
+                         bool dirty = t.super ? t.super->state() == BackingState::kDirty : t.device->dirty_bytes() > 0;
+                         return Value::Text(dirty ? "dirty" : "clean");
                        });
     a.enum_label = "state";
     a.choices = {"no cache", "clean", "dirty"};
@@ -295,6 +309,9 @@ std::vector<Attribute> BuildTable() {
     };
     t.push_back(std::move(a));
   }
+  t.push_back(IntKnob("journal_delay_ms", cset,
+                      "index changes not forced by FLUSH or FUA are committed within this long",
+                      &CacheKnobs::journal_delay_ms, 1, 10000, "ms", false, "journal_delay_seconds", 1e-3));
   t.push_back(IntKnob("cutoff_writeback", cset, "percent of the cache in use above which writes stop going writeback",
                       &CacheKnobs::cutoff_writeback, 1, 70, "percent", false, "cutoff_writeback_percent"));
   t.push_back(IntKnob("cutoff_writeback_sync", cset, "the same for sync writes", &CacheKnobs::cutoff_writeback_sync,
