@@ -336,6 +336,15 @@ Status CacheSet::Commit() {
   return st;
 }
 
+void CacheSet::CountIoError(const Status& st) {
+  uint64_t n = io_errors_.fetch_add(1, std::memory_order_relaxed) + 1;
+  uint32_t limit = knobs_.io_error_limit.load(std::memory_order_relaxed);
+  if (limit == 0 || n <= limit || failed_.exchange(true)) return;
+  UB_ERROR("cache {}: FAILED after {} I/O errors (io_error_limit {}; last: {}): serving the backing "
+           "devices alone; ranges with dirty data answer EIO until the cache is replaced",
+           cache_dev_->spec(), n, limit, st.ToString());
+}
+
 unsigned CacheSet::in_use_percent() const {
   BucketAllocator::Usage u = buckets_->usage();
   uint64_t usable = u.buckets - u.reserved;

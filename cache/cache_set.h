@@ -95,6 +95,13 @@ class CacheSet {
   // Writes a checkpoint (see above); serve calls it once the backing devices
   // have their device numbers, so a crash finds them again.
   Status Checkpoint() EXCLUDES(gen_mu_);
+  // A cache-device I/O error (counted, logged). Past io_error_limit the
+  // cache is failed: from then on every cached device serves its backing
+  // device alone, except that its dirty ranges answer EIO (their only copy
+  // is on the failing device); see CachedDevice.
+  void CountIoError(const Status& st);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  uint64_t io_errors() const { return io_errors_.load(std::memory_order_relaxed); }
   // bcache's in_use: percent of the cache's buckets that cannot be reclaimed
   // (dirty data or metadata) — what cutoff_writeback compares against.
   unsigned in_use_percent() const;
@@ -182,6 +189,8 @@ class CacheSet {
   std::vector<CommitWaiter> waiters_;  // under jmu_
   bool jstop_ = false;                 // under jmu_
   std::thread journal_thread_;
+  std::atomic<uint64_t> io_errors_{0};
+  std::atomic<bool> failed_{false};
   std::mutex gc_mu_;  // one GC at a time
   std::atomic<uint64_t> gc_runs_{0};
   std::mutex hk_mu_;

@@ -207,6 +207,20 @@ void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
 }
 
 void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
+  if (set_->failed()) {
+    // A failed cache: the backing device has everything but the dirty
+    // ranges, whose only copy is on the failed device — those answer EIO,
+    // never the backing device's stale data.
+    thread_local std::vector<Extent> found;
+    Status st = set_->index().Lookup(dev_, req.offset, req.len, &found);
+    bool dirty = !st.ok() || std::any_of(found.begin(), found.end(), [](const Extent& e) { return e.dirty; });
+    if (dirty) {
+      CompleteLater(std::move(done), Status::IoError(spec_ + ": dirty data on a failed cache device"));
+      return;
+    }
+    backing_->Submit(req, std::move(done));
+    return;
+  }
   ReadOp* op = ReadOp::New();
   op->d = this;
   op->req = req;
@@ -261,6 +275,7 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
                                    now / 1000);
         // A dirty extent is the only copy: its read error is the client's
         // (never the stale backing data).
+        if (!st.ok()) set_->CountIoError(st);
         if (!st.ok() && ex.dirty) {
           UB_WARN("{}: cache read of dirty data failed: {}", spec_, st.ToString());
           PieceDone(op, std::move(st));
@@ -300,6 +315,7 @@ void CachedDevice::Fill(uint64_t start, uint64_t len, const uint8_t* data, uint6
     set_->cache_dev()->Write(e.cache_offset, n, copy, 0, [this, e, since, copy, cap](Status st) {
       BufferPool::ForThread().Put(copy, cap);
       if (!st.ok()) {
+        set_->CountIoError(st);
         set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
         UB_WARN("{}: cache write failed: {}", spec_, st.ToString());
         return;
@@ -413,6 +429,15 @@ void CachedDevice::SetDirtyOk(bool ok) {
 }
 
 void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
+  if (set_->failed()) {
+    // The backing device alone; afterwards the range's extents (dirty ones
+    // included: the backing device now has newer data) are dropped.
+    backing_->Submit(req, [this, req, done = std::move(done)](Status st) mutable {
+      if (st.ok()) (void)set_->index().Invalidate(dev_, req.offset, req.len);
+      done(std::move(st));
+    });
+    return;
+  }
   // Nothing stale may be read from the cache while this write is in flight:
   // clean copies go now. Dirty ones stay (the only copy of acknowledged
   // data) until this write's insert replaces them in one step, so no
@@ -530,7 +555,10 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty)
                                    (now - t0) / 1000,
                                    set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed),
                                    now / 1000);
-                               if (!st.ok()) op->ok = false;
+                               if (!st.ok()) {
+                                 set_->CountIoError(st);
+                                 op->ok = false;
+                               }
                                finish();
                              });
   }
@@ -611,7 +639,10 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
                                      (now - t0) / 1000,
                                      set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed),
                                      now / 1000);
-                                 if (!st.ok()) op->cache_ok = false;
+                                 if (!st.ok()) {
+                                   set_->CountIoError(st);
+                                   op->cache_ok = false;
+                                 }
                                  finish();
                                });
     }

@@ -39,6 +39,9 @@ struct CacheKnobs {
   std::atomic<uint64_t> writeback_rate_minimum{4096};     // bytes/s
   std::atomic<uint32_t> cutoff_writeback{40};
   std::atomic<uint32_t> cutoff_writeback_sync{70};
+  // bcache's io_error_limit: cache-device I/O errors after which the cache
+  // is failed (CacheSet::CountIoError); 0 never fails it.
+  std::atomic<uint32_t> io_error_limit{8};
   // bcache's journal_delay_ms: index changes not forced by a FLUSH or a FUA
   // write are committed within this long.
   std::atomic<uint32_t> journal_delay_ms{100};

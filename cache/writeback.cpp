@@ -73,6 +73,18 @@ bool Writeback::Sleep(uint64_t ns) {
 void Writeback::StateTransitions() {
   CachedDevice& d = *dev_;
   if (!d.super_) return;
+  // A failed cache with nothing dirty for this device: detach it, as bcache
+  // does — the backing superblock then says it can be used alone.
+  if (d.set_->failed() && d.attached() && d.set_->index().DirtyBytes(d.dev_) == 0 &&
+      d.super_->state() != BackingState::kDirty) {
+    Status st = d.Detach();
+    if (st.ok()) st = d.super_->Detach();
+    if (st.ok())
+      UB_ERROR("{}: detached from the failed cache device; served from the backing device alone", d.spec());
+    else
+      UB_WARN("{}: detaching from the failed cache: {}", d.spec(), st.ToString());
+    return;
+  }
   // Dirty first: a writeback-mode write is waiting for it.
   if (d.want_dirty_.exchange(false)) {
     Status st = d.super_->MarkDirty();
@@ -226,6 +238,7 @@ uint64_t Writeback::Pass(bool full_speed) {
   std::vector<std::unique_ptr<Write>> writes;
   for (auto& p : pieces) {
     if (!p->st.ok()) {
+      d.set_->CountIoError(p->st);
       UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec(), p->st.ToString());
       errors_++;
       continue;
@@ -315,7 +328,8 @@ void Writeback::Loop() {
       last_update_ = now;
     }
     bool drain = draining_.load() > 0;
-    bool run = drain || k.writeback_running.load();
+    // A failed cache device is not read again: its dirty data stays where it is.
+    bool run = (drain || k.writeback_running.load()) && !dev_->set_->failed();
     if (!run || (nothing_last && !drain)) {
       // bcache sleeps writeback_delay after a pass that found nothing; new
       // dirty data or a state change kicks it awake sooner only if asked.
@@ -345,6 +359,10 @@ Status Writeback::Drain(const std::function<void(const std::string&)>& progress)
   for (;;) {
     uint64_t dirty = dev_->set_->index().DirtyBytes(dev_->dev_);
     bool clean = dirty == 0 && (!dev_->super_ || dev_->super_->state() != BackingState::kDirty);
+    if (dev_->set_->failed() && !clean) {
+      result = Status::IoError(FormatSize(dirty) + " of dirty data is on a failed cache device");
+      break;
+    }
     uint64_t now = NowNanos();
     uint64_t w = written_.load();
     double rate = now > last_t ? static_cast<double>(w - last_bytes) * 1e9 / static_cast<double>(now - last_t) : 0;

@@ -321,6 +321,13 @@ std::vector<Attribute> BuildTable() {
                      const auto& p = r.priority();
                      return Value::Int(p.unused_percent + p.clean_percent);
                    }));
+  t.push_back(IntKnob("io_error_limit", cset, "cache device I/O errors after which the cache is failed; 0 never",
+                      &CacheKnobs::io_error_limit, 0, kUint, "errors", false, "io_error_limit"));
+  t.push_back(Stat("io_errors", cset, "cache device I/O errors since start", "io_errors_total",
+                   MetricType::kCounter, [](Reading& r) { return Value::Int(r.target().set->io_errors()); }));
+  t.push_back(Stat("cache_failed", cset, "1 once io_error_limit was passed: the backing devices are served alone",
+                   "cache_failed", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().set->failed() ? 1 : 0); }));
   t.push_back(Stat("congested", cset, "the congestion score: below 0 while the cache device is slow",
                    "congested", MetricType::kGauge,
                    [](Reading& r) { return Value::Real(static_cast<double>(r.target().set->congestion().score())); }));
