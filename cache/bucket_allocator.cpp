@@ -114,6 +114,14 @@ bool BucketAllocator::PersistPendingLocked() NO_THREAD_SAFETY_ANALYSIS {
   return true;
 }
 
+void BucketAllocator::WaitForPersistLocked() NO_THREAD_SAFETY_ANALYSIS {
+  while (persisting_) {
+    mu_.Unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    mu_.Lock();
+  }
+}
+
 void BucketAllocator::SetGenPersister(GenPersister fn) {
   MutexLock l(&mu_);
   persist_gens_ = std::move(fn);
@@ -279,7 +287,13 @@ Result<uint32_t> BucketAllocator::TakeFreeLocked(bool metadata, ReplacementPolic
   while (free_.size() <= (metadata ? 0 : o_.metadata_reserve)) {
     // Durable gens first: buckets already reclaimed, then one more window.
     if (PersistPendingLocked()) continue;
-    if (persisting_ && !metadata) return Status::NoSpace("cache: buckets are being reclaimed");
+    if (persisting_) {
+      // Another thread is journaling gens. Data can go uncached meanwhile;
+      // metadata (a checkpoint's or an eviction's node) waits for it.
+      if (!metadata) return Status::NoSpace("cache: buckets are being reclaimed");
+      WaitForPersistLocked();
+      continue;
+    }
     if (!ReclaimWindowLocked(policy)) return Status::NoSpace("cache: no bucket can be reclaimed");
     if (persist_gens_ && !PersistPendingLocked() && free_.size() <= (metadata ? 0 : o_.metadata_reserve))
       return Status::NoSpace("cache: a reclaimed bucket's generation could not be made durable");

@@ -239,6 +239,7 @@ class BucketAllocator {
   bool persisting_ GUARDED_BY(mu_) = false;  // one persist at a time
   // Moves pending_ to free_ once their gens are durable; drops mu_ for the I/O.
   bool PersistPendingLocked() REQUIRES(mu_);
+  void WaitForPersistLocked() REQUIRES(mu_);  // drops mu_ while it waits
   std::unique_ptr<std::atomic<uint32_t>[]> dirty_;  // bytes per bucket
   std::atomic<uint64_t> dirty_buckets_{0};
   std::vector<Writer> writers_ GUARDED_BY(mu_);

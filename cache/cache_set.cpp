@@ -29,7 +29,11 @@ Result<std::unique_ptr<BucketAllocator>> CacheSet::MakeAllocator(BlockDevice* de
   bo.bucket_size = o.bucket_size;
   bo.nbuckets = static_cast<uint32_t>(nbuckets);
   bo.first_bucket = static_cast<uint32_t>(first);
-  bo.metadata_reserve = 2;
+  // Enough free buckets for a checkpoint's nodes (two levels of 16 shards)
+  // whatever else has taken the cache: with one node per bucket that is 32.
+  uint64_t slots = std::max<uint64_t>(1, o.bucket_size / kNodeSize);
+  // (At most an eighth of a tiny cache.)
+  bo.metadata_reserve = static_cast<uint32_t>(std::max<uint64_t>(2, std::min<uint64_t>(32 / slots, nbuckets / 8)));
   bo.writers = Reactor::kMaxReactors;
   if (nbuckets < first + bo.metadata_reserve + 4)
     return Status::InvalidArgument(dev->spec() + ": too small for a cache (" +
@@ -81,6 +85,9 @@ Result<std::unique_ptr<CacheSet>> CacheSet::Open(BlockDevice* cache_dev, const C
             !sb.has_warm_state() ? "formatted by an older ubcache (no saved index)" : "no saved index");
   }
   if (!set->warm_) UB_RETURN_IF_ERROR(set->StartCold());
+  // A recovered allocator has no free bucket (a saved free one may have been
+  // written since): reclaim the first batch, gens journaled, before serving.
+  if (set->warm_) set->buckets_->Refill(set->knobs_.replacement.load());
   set->startup_.micros = (NowNanos() - t0) / 1000;
   set->startup_.bytes_read = set->disk_store_->counters().bytes_read.load();
   auto ist = set->index_->stats();

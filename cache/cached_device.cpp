@@ -652,8 +652,11 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
   // holds the range until its insert, so writeback does not start on the
   // dirty copy it replaces.
   op->pending++;
-  auto issue = [this, op, finish]() mutable {
-    backing_->Write(op->req.offset, op->req.len, op->req.buf, op->req.flags,
+  // Over dirty data the backing copy must be durable before the commit
+  // that drops the dirty one (a power cut must find one or the other): FUA.
+  uint32_t backing_flags = req.flags | (has_dirty ? uint32_t{kIoFua} : uint32_t{0});
+  auto issue = [this, op, finish, backing_flags]() mutable {
+    backing_->Write(op->req.offset, op->req.len, op->req.buf, backing_flags,
                     [op, finish](Status st) mutable {
                       op->backing_status = std::move(st);
                       finish();
@@ -698,7 +701,29 @@ void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
     return;
   }
   auto issue = [this, req, has_dirty, done = std::move(done)]() mutable {
-    backing_->Submit(req, [this, req, has_dirty, done = std::move(done)](Status st2) mutable {
+    IoRequest down = req;
+    // Over dirty data, durable below before the commit that drops it.
+    if (has_dirty && req.op == IoOp::kWriteZeroes) down.flags |= kIoFua;
+    backing_->Submit(down, [this, req, has_dirty, done = std::move(done)](Status st2) mutable {
+      if (st2.ok() && has_dirty && req.op == IoOp::kDiscard) {
+        // A discard has no FUA: flush it down first.
+        backing_->Flush([this, req, has_dirty, done = std::move(done)](Status st3) mutable {
+          DiscardDone(req, has_dirty, std::move(st3), std::move(done));
+        });
+        return;
+      }
+      DiscardDone(req, has_dirty, std::move(st2), std::move(done));
+    });
+  };
+  if (has_dirty)
+    BeginForeground(req.offset, req.offset + req.len, std::move(issue));
+  else
+    AfterWriteback(req.offset, req.offset + req.len, std::move(issue));
+}
+
+void CachedDevice::DiscardDone(const IoRequest& req, bool has_dirty, Status st2, IoDone done) {
+  {
+    {
       // Dirty copies go only once the backing device has the discard (a
       // failed discard keeps them: they are still the data).
       uint64_t more = 0;
@@ -710,12 +735,8 @@ void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
       // Discarding dirty data: the invalidation is durable before the ack,
       // so no replay brings the old copy back over the discarded range.
       Finish(std::move(done), std::move(st2), set_->persistent() && (has_dirty || more > 0));
-    });
-  };
-  if (has_dirty)
-    BeginForeground(req.offset, req.offset + req.len, std::move(issue));
-  else
-    AfterWriteback(req.offset, req.offset + req.len, std::move(issue));
+    }
+  }
 }
 
 }  // namespace ubcache

@@ -119,6 +119,7 @@ class CachedDevice final : public BlockDevice {
   void Finish(IoDone done, Status st, bool commit);
   void DoFlush(IoDone done);
   void DoDiscard(const IoRequest& req, IoDone done);
+  void DiscardDone(const IoRequest& req, bool has_dirty, Status st, IoDone done);
   // Copies [start, start+len) of `data` into the cache and inserts it if
   // the range has not changed since `since`.
   void Fill(uint64_t start, uint64_t len, const uint8_t* data, uint64_t since);
