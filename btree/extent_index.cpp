@@ -366,7 +366,16 @@ std::vector<uint64_t> ExtentIndex::DirtyStripes(uint32_t dev, uint64_t from, siz
   return out;
 }
 
-Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) { return ChangeIfSame(e, true, cleaned); }
+Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) {
+  return ChangeIfSame(e, Change::kClean, nullptr, cleaned);
+}
+
+Status ExtentIndex::MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved) {
+  Extent to = e;
+  to.cache_offset = new_offset;
+  to.gen = new_gen;
+  return ChangeIfSame(e, Change::kMove, &to, moved);
+}
 
 Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty) {
   *has_dirty = false;
@@ -400,11 +409,11 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
 
 Status ExtentIndex::RemoveIfSame(const Extent& e) {
   uint64_t n = 0;
-  return ChangeIfSame(e, false, &n);
+  return ChangeIfSame(e, Change::kRemove, nullptr, &n);
 }
 
-Status ExtentIndex::ChangeIfSame(const Extent& e, bool clean, uint64_t* cleaned) {
-  *cleaned = 0;
+Status ExtentIndex::ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed) {
+  *changed = 0;
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
   if (e.start / stripe_ != (e.end() - 1) / stripe_)
     return Status::InvalidArgument("extent index: a conditional change across a stripe");
@@ -415,22 +424,30 @@ Status ExtentIndex::ChangeIfSame(const Extent& e, bool clean, uint64_t* cleaned)
   Status st = sh->tree->Lookup(e.dev, e.start, e.end(), &cur);
   for (const Extent& x : cur) {
     if (!st.ok()) break;
-    if ((clean && !x.dirty) || x.gen != e.gen || x.cache_offset - x.start != e.cache_offset - e.start)
+    if ((how == Change::kClean && !x.dirty) || x.gen != e.gen ||
+        x.cache_offset - x.start != e.cache_offset - e.start)
       continue;
     Extent c = x;
-    c.dirty = false;
+    if (how == Change::kClean) c.dirty = false;
+    if (how == Change::kMove) {
+      c.cache_offset = to->cache_offset + (x.start - e.start);
+      c.gen = to->gen;
+    }
+    bool keep = how != Change::kRemove;
     std::vector<Extent> removed;
-    st = sh->tree->Replace(x.dev, x.start, x.end(), clean ? &c : nullptr, &removed);
-    if (!clean) MarkChanged(x.dev, x.start, x.end(), seq_.fetch_add(1) + 1);
-    // Journaled as the clean piece: replay replaces exactly this range.
-    if (st.ok() && clean) {
+    st = sh->tree->Replace(x.dev, x.start, x.end(), keep ? &c : nullptr, &removed);
+    // Only a removal changes what the range reads; clean and move keep the
+    // bytes (so racing fills stay valid).
+    if (!keep) MarkChanged(x.dev, x.start, x.end(), seq_.fetch_add(1) + 1);
+    // Journaled as the new piece: replay replaces exactly this range.
+    if (st.ok() && keep) {
       AppendInsertOp(&sh->journal, c);
     } else {
       AppendInvalidateOp(&sh->journal, id, x.dev, x.start, x.end());
     }
     sh->journal_ops++;
-    AccountLocked(sh, removed, st.ok() && clean ? &c : nullptr);
-    if (st.ok()) *cleaned += x.len;
+    AccountLocked(sh, removed, st.ok() && keep ? &c : nullptr);
+    if (st.ok()) *changed += x.len;
   }
   EvictLocked(sh);
   return st;

@@ -117,6 +117,10 @@ class ExtentIndex {
   // are refused) but keeps dirty ones — they are the only copy until the
   // write's own insert replaces them in one step. *has_dirty: any kept.
   Status InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty);
+  // Moving GC: the data of `e` was copied to new_offset (a bucket of gen
+  // new_gen); points the parts still mapping to e's data there, dirty or
+  // not as they were. *moved = bytes.
+  Status MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved);
   // GC: removes exactly the parts of e's range that still map to e's data
   // (a stale pointer), never an extent inserted there since.
   Status RemoveIfSame(const Extent& e);
@@ -191,8 +195,10 @@ class ExtentIndex {
       REQUIRES(sh->mu);
   void EncodeDirtyLocked(Shard* sh, std::vector<uint8_t>* out) REQUIRES(sh->mu);
   Status DecodeDirty(const std::vector<uint8_t>& blob);
-  // MarkClean (clean) or RemoveIfSame (!clean).
-  Status ChangeIfSame(const Extent& e, bool clean, uint64_t* changed);
+  enum class Change { kClean, kRemove, kMove };
+  // The parts of e's range that still map to e's data: marked clean,
+  // removed, or moved to *to's location (dirty flag kept).
+  Status ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed);
   void EvictLocked(Shard* sh) REQUIRES(sh->mu);
   uint64_t ShardBudget() const;
   void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);

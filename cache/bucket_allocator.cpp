@@ -440,6 +440,29 @@ void BucketAllocator::SetLiveBytes(std::vector<uint32_t> live, uint64_t seq_at_s
   live_seq_ = seq_at_start;
 }  // the old vector is freed here, after mu_ is released
 
+std::vector<uint32_t> BucketAllocator::PinFragmented(const std::vector<uint32_t>& live, uint32_t below,
+                                                     size_t max) {
+  std::vector<std::pair<uint32_t, uint32_t>> found;  // (live, bucket)
+  for (uint32_t first = 0; first < o_.nbuckets; first += kScanChunk) {
+    uint32_t last = std::min<uint64_t>(o_.nbuckets, uint64_t{first} + kScanChunk);
+    MutexLock l(&mu_);
+    for (uint32_t b = first; b < last && b < live.size(); b++) {
+      const Bucket& k = buckets_[b];
+      if (k.kind == Kind::kData && !k.open && live[b] > 0 && live[b] < below) found.emplace_back(live[b], b);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<uint32_t> out;
+  MutexLock l(&mu_);
+  for (auto [n, b] : found) {
+    if (out.size() >= max) break;
+    if (buckets_[b].kind != Kind::kData || buckets_[b].open) continue;
+    inflight_[b].fetch_add(1, std::memory_order_acq_rel);
+    out.push_back(b);
+  }
+  return out;
+}
+
 uint64_t BucketAllocator::fill_seq() const {
   MutexLock l(&mu_);
   return fill_seq_;

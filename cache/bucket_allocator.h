@@ -145,6 +145,12 @@ class BucketAllocator {
   // then with no live bytes are reclaimed first. Swapped in, O(1) under mu_.
   void SetLiveBytes(std::vector<uint32_t> live, uint64_t seq_at_start) EXCLUDES(mu_);
   uint64_t fill_seq() const EXCLUDES(mu_);
+  // Moving GC: up to `max` full data buckets holding some but less than
+  // `below` live bytes (by `live`, GC's count), fewest first, each pinned
+  // (as Pin) so none is reclaimed while its data is copied out; the caller
+  // unpins each with WriteDone.
+  std::vector<uint32_t> PinFragmented(const std::vector<uint32_t>& live, uint32_t below, size_t max)
+      EXCLUDES(mu_);
 
   // Background reclaim. Refill() tops the free list up to free_target()
   // with the policy's best victims, a chunk at a time; returns how many

@@ -5,6 +5,7 @@
 
 #include "btree/mem_node_store.h"
 #include "cache/bucket_table.h"
+#include "backend/sync_io.h"
 #include "util/aligned_buffer.h"
 #include "util/endian.h"
 #include "util/clock.h"
@@ -420,6 +421,9 @@ void CacheSet::StartThreads() {
   buckets_->StartRefill([this] { return knobs_.replacement.load(std::memory_order_relaxed); });
   hk_ = std::thread([this] {
     SetThreadName("ub-housekeep");
+    // GC's moves do synchronous I/O on this thread's own ring.
+    auto r = Reactor::Create(64);
+    if (r.ok()) (*r)->Bind();
     Housekeeping();
   });
 }
@@ -455,7 +459,7 @@ Status CacheSet::Shutdown() {
   return Status::OK();
 }
 
-Result<uint64_t> CacheSet::RunGc() {
+Result<uint64_t> CacheSet::RunGc(bool force_moving) {
   std::lock_guard<std::mutex> one_at_a_time(gc_mu_);
   BucketAllocator& buckets = *buckets_;
   std::vector<uint8_t> gens = buckets.GenSnapshot();
@@ -480,10 +484,70 @@ Result<uint64_t> CacheSet::RunGc() {
   if (!st.ok()) return st;
   if (!drop_status.ok()) return drop_status;
   buckets.MarkGcDone(gens);
+  Status mst = MovingGc(live, force_moving);
+  if (!mst.ok()) UB_WARN("cache moving gc: {}", mst.ToString());
   buckets.SetLiveBytes(std::move(live), seq_at_start);
   gc_runs_.fetch_add(1, std::memory_order_relaxed);
   UB_DEBUG("cache gc: dropped {} stale extents", dropped);
   return dropped;
+}
+
+Status CacheSet::MovingGc(std::vector<uint32_t>& live, bool force) {
+  // bcache's moving GC: when free space runs short, the live data of buckets
+  // that are mostly stale (less than half live) is copied to fresh space, so
+  // reclaim can free them — otherwise dirty or scattered live extents strand
+  // whole buckets. Dirty data stays dirty at its new place.
+  BucketAllocator& buckets = *buckets_;
+  BucketAllocator::Usage u = buckets.usage();
+  uint64_t usable = u.buckets - u.reserved;
+  if (!force && u.free * kMovingGcFreeDivisor >= usable) return Status::OK();
+  const uint64_t bucket = o_.bucket_size;
+  std::vector<uint32_t> pinned =
+      buckets.PinFragmented(live, static_cast<uint32_t>(bucket / 2), kMovingGcBuckets);
+  if (pinned.empty()) return Status::OK();
+  std::vector<bool> is_src(buckets.options().nbuckets, false);
+  for (uint32_t b : pinned) is_src[b] = true;
+  std::vector<Extent> moving;
+  Status st = index_->ForEach([&](const Extent& e) {
+    uint32_t b = buckets.BucketOf(e.cache_offset);
+    if (b < is_src.size() && is_src[b] && buckets.Valid(e.cache_offset, e.gen)) moving.push_back(e);
+  });
+  uint64_t moved = 0, bytes = 0;
+  ReplacementPolicy policy = knobs_.replacement.load(std::memory_order_relaxed);
+  for (const Extent& e : moving) {
+    if (!st.ok()) break;
+    AlignedBuffer buf(e.len);
+    st = SyncRead(*cache_dev_, e.cache_offset, e.len, buf.data());
+    if (!st.ok()) {
+      CountIoError(st);
+      break;
+    }
+    auto space = buckets.Allocate(Reactor::Current()->id(), e.len, policy);
+    if (!space.ok()) break;  // no room to move into: try again next GC
+    st = SyncWrite(*cache_dev_, space->cache_offset, e.len, buf.data());
+    if (st.ok()) {
+      uint64_t n = 0;
+      st = index_->MoveIfSame(e, space->cache_offset, space->gen, &n);
+      moved += n ? 1 : 0;
+      bytes += n;
+    } else {
+      CountIoError(st);
+    }
+    buckets.WriteDone(space->bucket);  // after the move's insert
+  }
+  // The moves are durable before the old buckets can be reclaimed (their
+  // new gens journaled and their space reused): else a crash would replay
+  // the old pointers into reused buckets, stale — and lose dirty data.
+  Status cst = Commit();
+  if (st.ok()) st = cst;
+  for (uint32_t b : pinned) {
+    if (cst.ok()) live[b] = 0;  // empty now, unless written since: reclaim re-checks
+    buckets.WriteDone(b);
+  }
+  moving_gc_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  UB_INFO("cache moving gc: {} extents ({}) moved out of {} fragmented buckets", moved, FormatSize(bytes),
+          pinned.size());
+  return st;
 }
 
 void CacheSet::Housekeeping() {
@@ -493,7 +557,10 @@ void CacheSet::Housekeeping() {
     hk_cv_.wait_for(l, std::chrono::seconds(1));
     if (hk_stop_) break;
     l.unlock();
-    if (buckets_->MaxGenLead() >= BucketAllocator::kMaxGenLead / 2) {
+    BucketAllocator::Usage u = buckets_->usage();
+    bool short_of_space = u.free * kMovingGcFreeDivisor < u.buckets - u.reserved &&
+                          ticks % kMovingGcEverySeconds == 0;  // moving GC's turn
+    if (buckets_->MaxGenLead() >= BucketAllocator::kMaxGenLead / 2 || short_of_space) {
       auto dropped = RunGc();
       if (!dropped.ok()) UB_WARN("cache gc: {}", dropped.status().ToString());
     }

@@ -130,8 +130,11 @@ class CacheSet {
   // wait on it — it holds one index shard at a time for one batch of
   // extents, and the allocator's lock for one chunk of buckets at a time.
   // Returns the number of stale extents dropped.
-  Result<uint64_t> RunGc();
+  // With `force_moving` (ctl trigger-gc, tests) moving GC runs whatever the
+  // free space.
+  Result<uint64_t> RunGc(bool force_moving = false);
   uint64_t gc_runs() const { return gc_runs_.load(std::memory_order_relaxed); }
+  uint64_t moving_gc_bytes() const { return moving_gc_bytes_.load(std::memory_order_relaxed); }
 
  private:
   CacheSet(BlockDevice* cache_dev, Options o) : cache_dev_(cache_dev), o_(o) {}
@@ -144,6 +147,11 @@ class CacheSet {
   ExtentIndex::Options IndexOptions();
   Status PersistGens(const std::vector<std::pair<uint32_t, uint8_t>>& gens) EXCLUDES(gen_mu_);
   Status CheckpointLocked(bool clean) EXCLUDES(gen_mu_);
+  // RunGc's second half (see there); `live` is updated for the moved buckets.
+  Status MovingGc(std::vector<uint32_t>& live, bool force);
+  static constexpr uint64_t kMovingGcFreeDivisor = 4;  // runs while free < 1/4 of the buckets
+  static constexpr size_t kMovingGcBuckets = 64;       // buckets emptied per GC
+  static constexpr uint64_t kMovingGcEverySeconds = 10;  // housekeeping runs it this often when short
   void JournalLoop();
   void StopJournal();
   // Writes sb_ (seq bumped) with `root` (nullptr: keep), clean or not, and
@@ -190,6 +198,7 @@ class CacheSet {
   bool jstop_ = false;                 // under jmu_
   std::thread journal_thread_;
   std::atomic<uint64_t> io_errors_{0};
+  std::atomic<uint64_t> moving_gc_bytes_{0};
   std::atomic<bool> failed_{false};
   std::mutex gc_mu_;  // one GC at a time
   std::atomic<uint64_t> gc_runs_{0};

@@ -227,8 +227,10 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
     return Message(json, "statistics of " + t.name + " cleared");
   }
   if (r.command == "trigger-gc") {
-    UB_ASSIGN_OR_RETURN(uint64_t dropped, t.set->RunGc());
-    return Message(json, "gc: dropped " + std::to_string(dropped) + " stale extents");
+    uint64_t moved_before = t.set->moving_gc_bytes();
+    UB_ASSIGN_OR_RETURN(uint64_t dropped, t.set->RunGc(true));
+    return Message(json, "gc: dropped " + std::to_string(dropped) + " stale extents, moved " +
+                             FormatSize(t.set->moving_gc_bytes() - moved_before) + " out of fragmented buckets");
   }
   if (r.command == "flush") {
     UB_ASSIGN_OR_RETURN(std::string s, Flush(t, progress));
