@@ -215,6 +215,21 @@ uint64_t Writeback::Pass(bool full_speed) {
       pieces.push_back(std::move(p));
     }
   }
+  // The index entries of what is written back are durable before the backing
+  // device gets their data: else a crash could leave the backing device
+  // holding a write the recovered index never had, under an older dirty copy
+  // that a later writeback or eviction would then expose or overwrite.
+  if (!pieces.empty()) {
+    Status cst = d.set_->Commit();
+    if (!cst.ok()) {
+      UB_WARN("{}: writeback: journal commit failed, nothing written back: {}", d.spec(), cst.ToString());
+      for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
+      for (const Run& r : runs)
+        if (r.start < r.end) d.ReleaseRange(r.start, r.end, true);
+      backoff_ns_ = std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs);
+      return 1;
+    }
+  }
   // Read every piece from the cache device.
   size_t pending = 0;
   for (auto& p : pieces) {

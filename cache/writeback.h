@@ -12,6 +12,8 @@
 //    discard that goes to the backing device waits for a registered range
 //    it overlaps. So a newer foreground write is never overtaken on the
 //    backing device by writeback's older copy.
+//  - The journal is committed before a batch's backing writes: the backing
+//    device never holds data whose index entry a crash could take back.
 //  - The backing device is flushed after the writes of a batch complete and
 //    BEFORE the index marks them clean: a power cut never finds data marked
 //    clean that the backing device had only in its volatile cache.

@@ -6,7 +6,7 @@
 # backing file behind the SAS model, writeback mode, writeback_running 0
 # (nothing is written back until the flush), cutoff_writeback 70 and
 # cutoff_writeback_sync 90 (their maxima).
-#  A. fio randwrite 64 KiB, QD8, verify=crc32c over 192 MiB (3x the cache,
+#  A. fio randwrite 128 KiB, QD8, verify=crc32c over 192 MiB (3x the cache,
 #     every block once): no error, done within its timeout, and its verify
 #     pass reads every block back correct. Dirty data (sampled every 0.5 s)
 #     rises to >= 60 % of the cache's data buckets and stops there: it never
@@ -57,7 +57,7 @@ sampler() {
 sampler &
 SAMPLER_PID=$!
 on_exit '[[ -z $SAMPLER_PID ]] || kill "$SAMPLER_PID"'
-FIO_A=(--name=full --rw=randwrite --bs=64k --iodepth=8 --offset=0 --size=192M --randseed=123
+FIO_A=(--name=full --rw=randwrite --bs=128k --iodepth=8 --offset=0 --size=192M --randseed=123
   --verify=crc32c --do_verify=1 --verify_fatal=1)
 t0=$SECONDS
 run_fio "A write 3x the cache" "${FIO_A[@]}"
@@ -98,7 +98,7 @@ for off in range(0, $B_LEN, 65536):
     h.pwrite(data[off:off + 65536], $B_OFF + off, nbd.CMD_FLAG_FUA)
 " 2>"$WORK/b.err" || fail "B: a FUA write failed or timed out: $(tail -n 5 "$WORK/b.err")"
 DIRTY_B=$(ctl dirty-data)
-log "B: dirty $DIRTY_B bytes ($((DIRTY_B * 100 / CAP)) % of the cache) after 16 MiB of FUA writes"
+log "B ($SECONDS s): dirty $DIRTY_B bytes ($((DIRTY_B * 100 / CAP)) % of the cache) after 16 MiB of FUA writes"
 ((DIRTY_B > DIRTY_A)) || fail "B: FUA writes did not go writeback past cutoff_writeback (dirty $DIRTY_A -> $DIRTY_B)"
 ((DIRTY_B <= BOUND)) || fail "B: dirty $DIRTY_B bytes passed cutoff_writeback_sync's bound $BOUND"
 [[ $(ctl get writeback_written) == 0 ]] || fail "B: writeback_written $(ctl get writeback_written) with writeback_running 0"
@@ -115,7 +115,7 @@ ctl set writeback_running 1 >/dev/null
 rc=0
 timeout 60 "$UBCACHE" ctl --control "$CTL_SOCK" flush >"$WORK/flush.out" 2>"$WORK/flush.err" || rc=$?
 ((rc == 0)) || fail "D: ctl flush exited $rc: $(cat "$WORK/flush.err" "$WORK/flush.out")"
-log "D: flush: $(tail -n 1 "$WORK/flush.out") ($(grep -c 'dirty left' "$WORK/flush.err") progress lines)"
+log "D ($SECONDS s): flush: $(tail -n 1 "$WORK/flush.out") ($(grep -c 'dirty left' "$WORK/flush.err") progress lines)"
 grep -q 'dirty left' "$WORK/flush.err" || fail "D: flush printed no progress line: $(cat "$WORK/flush.err")"
 grep -q ': clean, ' "$WORK/flush.out" || fail "D: the flush reply does not say clean: $(cat "$WORK/flush.out")"
 [[ $(ctl dirty-data) == 0 ]] || fail "D: dirty-data $(ctl dirty-data) after the flush"
