@@ -52,6 +52,7 @@ WRITER_FSYNC=0
 WB_PERCENT1=40
 WB_PERCENT3=1
 WB_DELAY=1
+WB_RATE=""
 REPEAT=2
 SEED=7
 SECTIONS="1,2,3a,3b"
@@ -103,6 +104,9 @@ Options:
   --writer-region SIZE the writers' region, from half the device (default: $WRITER_REGION)
   --writer-fsync N   the writers' fio fdatasync=N (default: $WRITER_FSYNC: none)
   --wb-delay N|default writeback_delay for (3) (default: $WB_DELAY; 'default' keeps the daemon's)
+  --wb-rate SIZE     (3): ctl set writeback_rate SIZE just before each beside run, so the
+                     first writeback pass does not start at the controller's last rate
+                     (default: not set; the controller's own rate)
   --repeat N         repeats (pairs) per section; tables show medians and spread (default: $REPEAT)
   --seed N           fio randseed base (default: $SEED)
   --sections LIST    any of 1,2,3a,3b (default: $SECTIONS)
@@ -140,6 +144,7 @@ while [[ $# -gt 0 ]]; do
     --writer-region) WRITER_REGION=${2:?--writer-region needs a size}; shift 2 ;;
     --writer-fsync) WRITER_FSYNC=${2:?--writer-fsync needs N}; shift 2 ;;
     --wb-delay) WB_DELAY=${2:?--wb-delay needs N or default}; shift 2 ;;
+    --wb-rate) WB_RATE=${2:?--wb-rate needs a size}; shift 2 ;;
     --repeat) REPEAT=${2:?--repeat needs N}; shift 2 ;;
     --seed) SEED=${2:?--seed needs N}; shift 2 ;;
     --sections) SECTIONS=${2:?--sections needs a list}; shift 2 ;;
@@ -288,11 +293,6 @@ timed_flush() {
   fi
 }
 
-stop_keep_log() {  # stop_server, keeping its log under the name stopped-NAME.log
-  stop_server "$1"
-  cp "$raw/$1.log" "$raw/stopped-$1.log" 2>/dev/null || true
-}
-
 fill_file "$CACHE" "$cache_bytes"
 fill_file "$BACKING" "$backing_bytes"
 fill_file "$RAW" "$backing_bytes"
@@ -318,7 +318,7 @@ if [[ $want1 == 1 ]]; then
         # shellcheck disable=SC2046
         run_fio "w1-$r" "s1-wb-$r" $(s1job "$r")
         snap "w1-$r" "s1-wb-$r-1"
-        stop_keep_log "w1-$r"
+        stop_server "w1-$r"
       else
         # shellcheck disable=SC2046
         run_fio raw "s1-raw-$r" $(s1job "$r")
@@ -344,7 +344,7 @@ if [[ $want2 == 1 ]]; then
         snap "w2-$r" "s2-wb-$r-0"
         timed_flush "w2-$r" "s2-flush-$r"
         snap "w2-$r" "s2-wb-$r-1"
-        stop_keep_log "w2-$r"
+        stop_server "w2-$r"
       else
         # shellcheck disable=SC2046
         run_fio raw "s2-raw-$r" $(s2job "$raw/iolog-s2-raw-$r.log")
@@ -352,7 +352,7 @@ if [[ $want2 == 1 ]]; then
     done
   done
 fi
-[[ -n ${PID[raw]:-} ]] && stop_keep_log raw
+[[ -n ${PID[raw]:-} ]] && stop_server raw
 
 # (3) a reader beside four writers, writeback busy, vs the reader alone.
 reader_job() {  # reader_job OFFSET SIZE SEED [startdelay]
@@ -362,7 +362,7 @@ reader_job() {  # reader_job OFFSET SIZE SEED [startdelay]
 writers_job() {  # writers_job SEED
   echo --name=writers --rw=randwrite --bs=4k --iodepth=8 --numjobs=4 --offset="$writer_off" \
     --size="$writer_region" --time_based --runtime=$(( WARMUP + READ_SECONDS )) --norandommap \
-    --randseed="$1" ${WRITER_FSYNC:+--fdatasync=$WRITER_FSYNC}
+    --randseed="$1" $( (( WRITER_FSYNC > 0 )) && echo --fdatasync="$WRITER_FSYNC")
 }
 if [[ $want3a == 1 || $want3b == 1 ]]; then
   serve_wb w3
@@ -387,6 +387,7 @@ if [[ $want3a == 1 || $want3b == 1 ]]; then
           # shellcheck disable=SC2046
           run_fio w3 "$tag" $(reader_job "$roff" "$rsize" $(( SEED * 1000 + n )))
         else
+          if [[ -n $WB_RATE ]]; then knob w3 writeback_rate "$WB_RATE"; fi
           # shellcheck disable=SC2046
           run_fio w3 "$tag" $(writers_job $(( SEED * 1000 + 500 + n ))) \
             $(reader_job "$roff" "$rsize" $(( SEED * 1000 + n )) "$WARMUP") &
@@ -401,25 +402,420 @@ if [[ $want3a == 1 || $want3b == 1 ]]; then
     done
   done
   timed_flush w3 s3-final-flush
-  stop_keep_log w3
+  stop_server w3
 fi
 
 # Medians, ratios, targets; JSON + Markdown; tables on stdout.
 base="$OUT/writeback_bench-$stamp"
-cmdline="bench/writeback_bench.sh --ubcache $UBCACHE --dir $DIR --cache-size $CACHE_SIZE --backing-size $BACKING_SIZE --seconds $S1_SECONDS --region1 $REGION1 --flush-blocks $FLUSH_BLOCKS --flush-region $FLUSH_REGION --read-seconds $READ_SECONDS --warmup $WARMUP --reader-region $READER_REGION --warm-region $WARM_REGION --writer-region $WRITER_REGION --writer-fsync $WRITER_FSYNC --wb-delay $WB_DELAY --repeat $REPEAT --seed $SEED --sections $SECTIONS --threads $THREADS"
+cmdline="bench/writeback_bench.sh --ubcache $UBCACHE --dir $DIR --cache-size $CACHE_SIZE --backing-size $BACKING_SIZE --seconds $S1_SECONDS --region1 $REGION1 --flush-blocks $FLUSH_BLOCKS --flush-region $FLUSH_REGION --read-seconds $READ_SECONDS --warmup $WARMUP --reader-region $READER_REGION --warm-region $WARM_REGION --writer-region $WRITER_REGION --writer-fsync $WRITER_FSYNC --wb-delay $WB_DELAY${WB_RATE:+ --wb-rate $WB_RATE} --repeat $REPEAT --seed $SEED --sections $SECTIONS --threads $THREADS"
 git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
 versions="$("$FIO" --version)"
-PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" <<EOF || failures=$((failures + 1))
-import sys
-cfg = dict(repeat=$REPEAT, s1_seconds=$S1_SECONDS, read_seconds=$READ_SECONDS, warmup=$WARMUP,
-           region1=$region1, flush_blocks=$FLUSH_BLOCKS, flush_region=$flush_region, flush_bytes=$flush_bytes,
-           reader_region=$reader_region, warm_off=$warm_off, warm_region=$warm_region,
-           writer_off=$writer_off, writer_region=$writer_region, writer_fsync=$WRITER_FSYNC,
-           wb_percent1=$WB_PERCENT1, wb_percent3=$WB_PERCENT3, wb_delay="$WB_DELAY",
-           cache_bytes=$cache_bytes, backing_bytes=$backing_bytes, seed=$SEED, threads=$THREADS,
-           sections="$SECTIONS".split(","), dir="$DIR", command="$cmdline", ubcache="$UBCACHE",
-           ubcache_sha256_16="$bin_sha", ubcache_mtime="$bin_mtime", ubcache_version="$bin_version",
-           ubcache_rev="$git_rev", versions="""$versions""", started="$started")
+PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" \
+  repeat="$REPEAT" s1_seconds="$S1_SECONDS" read_seconds="$READ_SECONDS" warmup="$WARMUP" region1="$region1" \
+  flush_blocks="$FLUSH_BLOCKS" flush_region="$flush_region" flush_bytes="$flush_bytes" \
+  reader_region="$reader_region" warm_off="$warm_off" warm_region="$warm_region" writer_off="$writer_off" \
+  writer_region="$writer_region" writer_fsync="$WRITER_FSYNC" wb_percent1="$WB_PERCENT1" wb_percent3="$WB_PERCENT3" \
+  wb_delay="$WB_DELAY" wb_rate="$WB_RATE" cache_bytes="$cache_bytes" backing_bytes="$backing_bytes" seed="$SEED" threads="$THREADS" \
+  sections="$SECTIONS" dir="$DIR" command="$cmdline" ubcache="$UBCACHE" ubcache_sha256_16="$bin_sha" \
+  ubcache_mtime="$bin_mtime" ubcache_version="$bin_version" ubcache_rev="$git_rev" versions="$versions" \
+  started="$started" <<'EOF' || failures=$((failures + 1))
+import glob, json, os, platform, re, statistics, sys, time
+
+raw, base = sys.argv[1:3]
+cfg = {}
+for a in sys.argv[3:]:
+    k, v = a.split("=", 1)
+    cfg[k] = int(v) if re.fullmatch(r"-?\d+", v) else v
+R = cfg["repeat"]
+sections = set(cfg["sections"].split(","))
+if "3" in sections:
+    sections |= {"3a", "3b"}
+bad = 0
+MiB = 1 << 20
+
+from benchlib import load as _load, cpu_of, machine_lines, write_results
+
+def load(p, quiet=False):
+    if quiet and not os.path.exists(p):
+        return None
+    return _load(p, "writeback_bench")
+
+def pct(d, q):
+    return d["clat_ns"].get("percentile", {}).get(q, 0) / 1e6
+
+def fio_jobs(tag):
+    global bad
+    j = load(f"{raw}/fio-{tag}.json")
+    if not j or not j.get("jobs") or any(x.get("error") for x in j["jobs"]):
+        print(f"writeback_bench: no usable fio result for {tag}", file=sys.stderr)
+        bad += 1
+        return None
+    return j["jobs"]
+
+def one(tag, ddir, job=None):
+    """One fio job's numbers (the job named `job`, else the first), with the run's CPU."""
+    jobs = fio_jobs(tag)
+    if not jobs:
+        return None
+    sel = [x for x in jobs if job is None or x["jobname"] == job]
+    if not sel:
+        return None
+    x = sel[0]
+    d = x[ddir]
+    run = {"iops": d["iops"], "ios": d["total_ios"], "bytes": d["io_bytes"], "runtime_s": d["runtime"] / 1e3,
+           "p50_ms": pct(d, "50.000000"), "p99_ms": pct(d, "99.000000"),
+           "fio_cpu_pct": (x.get("usr_cpu") or 0) + (x.get("sys_cpu") or 0)}
+    run.update(cpu_of(raw, tag))
+    try:
+        run["fio_command"] = open(f"{raw}/fio-{tag}.cmd").read().strip()
+    except OSError:
+        pass
+    return run
+
+def snap(tag):
+    s = load(f"{raw}/show-{tag}.json", quiet=True)
+    try:
+        w, r, k, found = (int(v) for v in open(f"{raw}/wbio-{tag}.txt").read().split())
+        t = float(open(f"{raw}/t-{tag}.txt").read())
+    except (OSError, ValueError):
+        return None
+    return {"show": s or {}, "wb_write_bytes": w, "wb_read_bytes": r, "wb_ticks": k, "wb_thread": bool(found), "t": t}
+
+def g(sn, k):
+    return (sn or {}).get("show", {}).get(k)
+
+def delta(a, b, k):
+    if a is None or b is None:
+        return None
+    if k in ("wb_write_bytes", "wb_read_bytes", "wb_ticks", "t"):
+        return b[k] - a[k]
+    x, y = g(a, k), g(b, k)
+    return None if x is None or y is None else y - x
+
+def flush_info(tag, server=None):
+    c = cpu_of(raw, tag, server=True)
+    out = {"wall_s": c.get("wall_s"), "server_cpu_pct": c.get("server_cpu_pct")}
+    try:
+        txt = open(f"{raw}/flush-{tag}.out").read()
+    except OSError:
+        txt = ""
+    m = re.search(r"flush (\S+): clean, (.+?) written back, (.+?) dirty, ([0-9.]+) s", txt)
+    out["reply"] = m.group(0) if m else (txt.strip().splitlines() or [""])[-1]
+    out["daemon_s"] = float(m.group(4)) if m else None
+    out["progress_lines"] = txt.count("dirty left")
+    # The daemon logs "no dirty data left: backing superblock clean" (ms
+    # timestamps) when writeback has written everything and flushed the
+    # backing device: the drain time without ctl flush's 1 s polling.
+    out["drain_s"] = None
+    try:
+        t0 = float(open(f"{raw}/cpu-{tag}.tsv").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return out
+    for p in [f"{raw}/{server}.log"] if server else []:
+        try:
+            for l in open(p, errors="replace"):
+                if "no dirty data left" not in l:
+                    continue
+                m = re.match(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ", l)
+                if not m:
+                    continue
+                ts = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float("0" + m.group(1)[19:])
+                if ts >= t0 - 0.001 and (out["drain_s"] is None or ts - t0 < out["drain_s"]):
+                    out["drain_s"] = ts - t0
+        except OSError:
+            pass
+    return out
+
+def med(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+def spread(v):
+    v = [x for x in v if x is not None]
+    return (min(v), max(v)) if v else (None, None)
+
+def iolog_offsets(p):
+    offs = []
+    try:
+        for line in open(p):
+            t = line.split()
+            if len(t) >= 4 and t[-3] == "write":
+                offs.append(int(t[-2]))
+    except (OSError, ValueError):
+        return None
+    return offs
+
+def cmd(name):
+    try:
+        return open(f"{raw}/{name}.cmd").read().strip()
+    except OSError:
+        return None
+
+def f0(v): return "—" if v is None else f"{v:.0f}"
+def f1(v): return "—" if v is None else f"{v:.1f}"
+def f2(v): return "—" if v is None else f"{v:.2f}"
+def fx(v): return "—" if v is None else f"{v:.2f}×"
+def fmib(v): return "—" if v is None else f"{v / MiB:.1f}"
+def fsp(lo_hi): return "—" if lo_hi[0] is None else f"{lo_hi[0]:.2f}–{lo_hi[1]:.2f}"
+
+doc = {"config": cfg, "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count()}
+summary, notes, targets = [], [], []
+def target(name, value, need):
+    targets.append({"target": name, "value": value, "need": need, "pass": value is not None and value >= need})
+    return "—" if value is None else ("PASS" if value >= need else "MISS")
+
+pairs_txt = f"{R} pair{'s' if R > 1 else ''}"
+lines = [f"# ubcache writeback bench — {cfg['started']}", "", f"`{cfg['command']}`", "",
+         f"fio nbd engine (libnbd), {platform.node()}, Linux {platform.release()}, {os.cpu_count()} CPUs; "
+         f"{cfg['versions']}; {cfg['ubcache_version']} (binary {cfg['ubcache']}, built {cfg['ubcache_mtime']}, "
+         f"sha256 {cfg['ubcache_sha256_16']}…; tree {cfg['ubcache_rev']}; --threads {cfg['threads']}); "
+         f"files in {cfg['dir']}: cache {cfg['cache_bytes'] >> 20} MiB, backing {cfg['backing_bytes'] >> 20} MiB "
+         f"(formatted, served as sas:) and the same size raw (sas:, no cache). {pairs_txt} per section, "
+         "interleaved (A B, then B A); ratios are of the medians, spread is the min–max of the per-pair ratios.", ""]
+detail = []
+busy = []
+
+# (1)
+if "1" in sections:
+    rows = []
+    for r in range(1, R + 1):
+        wb, rw = one(f"s1-wb-{r}", "write"), one(f"s1-raw-{r}", "write")
+        a, b = snap(f"s1-wb-{r}-0"), snap(f"s1-wb-{r}-1")
+        cache_data = (g(b, "nbuckets") or 0) * (g(b, "bucket_size") or 0)
+        row = {"wb": wb, "raw": rw, "ratio": ratio(wb and wb["iops"], rw and rw["iops"]),
+               "dirty_end": g(b, "dirty_data"), "state_end": g(b, "state"),
+               "target_approx": cache_data * cfg["wb_percent1"] // 100 if cache_data else None,
+               "writeback_written": delta(a, b, "writeback_written"), "wb_thread_written": delta(a, b, "wb_write_bytes"),
+               "dirty_buckets_pct": g(b, "priority_stats/dirty_percent"),
+               "cache_available_pct": g(b, "cache_available_percent")}
+        rows.append(row)
+        if row["dirty_end"] is not None and row["target_approx"] and row["dirty_end"] > row["target_approx"]:
+            notes.append(f"(1) repeat {r}: dirty data {fmib(row['dirty_end'])} MiB passed the target "
+                         f"{fmib(row['target_approx'])} MiB")
+        if wb and row["dirty_end"] is not None and row["dirty_end"] < min(cfg["region1"], wb["bytes"]) // 2:
+            notes.append(f"(1) repeat {r}: only {fmib(row['dirty_end'])} MiB dirty after the run: writes did not stay in the cache")
+        if (row["wb_thread_written"] or 0) > 64 * 1024:
+            notes.append(f"(1) repeat {r}: writeback wrote {fmib(row['wb_thread_written'])} MiB to the spindle during the run")
+    wbm, rwm = med([x["wb"] and x["wb"]["iops"] for x in rows]), med([x["raw"] and x["raw"]["iops"] for x in rows])
+    rat, sp = ratio(wbm, rwm), spread([x["ratio"] for x in rows])
+    doc["s1_randwrite"] = {"server_wb": cmd("w1-1"), "server_raw": cmd("raw"), "runs": rows,
+                           "wb_iops": wbm, "raw_iops": rwm, "ratio": rat, "spread": sp}
+    st = target("(1) writeback/spindle 4 KiB randwrite QD32 IOPS >= 20x", rat, 20.0)
+    summary.append(f"| (1) 4 KiB randwrite QD32, IOPS | {f0(wbm)} | {f0(rwm)} | {fx(rat)} | "
+                   f"{', '.join(f2(x['ratio']) for x in rows)} | {fsp(sp)} | ≥ 20× | {st} |")
+    detail += [f"## (1) 4 KiB randwrite QD32 over {cfg['region1'] >> 20} MiB, {cfg['s1_seconds']} s per run", "",
+               f"wb: `{cmd('w1-1')}` (formatted afresh per run, `ctl set writeback_percent {cfg['wb_percent1']}`)  ",
+               f"raw: `{cmd('raw')}`  ", f"fio: `{(rows[0]['wb'] or {}).get('fio_command', '')}`", "",
+               "| repeat | wb IOPS | raw IOPS | wb/raw | wb p50/p99 ms | raw p50/p99 ms | dirty at end MiB (target) | "
+               "written back during run MiB | dirty buckets % | wb server CPU % |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for i, x in enumerate(rows, 1):
+        w, rr = x["wb"] or {}, x["raw"] or {}
+        detail.append(f"| {i} | {f0(w.get('iops'))} | {f0(rr.get('iops'))} | {f2(x['ratio'])} | "
+                      f"{f2(w.get('p50_ms'))}/{f2(w.get('p99_ms'))} | {f1(rr.get('p50_ms'))}/{f1(rr.get('p99_ms'))} | "
+                      f"{fmib(x['dirty_end'])} ({fmib(x['target_approx'])}) | {fmib(x['wb_thread_written'])} | "
+                      f"{x['dirty_buckets_pct'] if x['dirty_buckets_pct'] is not None else '—'} | {f0(w.get('server_cpu_pct'))} |")
+        for run in (x["wb"], x["raw"]):
+            if run and "machine" in run:
+                busy.append(run["machine"])
+    detail.append("")
+
+# (2)
+if "2" in sections:
+    rows = []
+    nbytes = cfg["flush_bytes"]
+    ref = None
+    for r in range(1, R + 1):
+        wr, rw = one(f"s2-write-{r}", "write"), one(f"s2-raw-{r}", "write")
+        fl = flush_info(f"s2-flush-{r}", f"w2-{r}")
+        a, b = snap(f"s2-wb-{r}-0"), snap(f"s2-wb-{r}-1")
+        ow, orw = iolog_offsets(f"{raw}/iolog-s2-wb-{r}.log"), iolog_offsets(f"{raw}/iolog-s2-raw-{r}.log")
+        ref = ref if ref is not None else ow
+        same = ow is not None and ow == orw and ow == ref
+        distinct = len(set(ow)) if ow else None
+        wb_bps = nbytes / fl["wall_s"] if fl.get("wall_s") else None
+        raw_bps = rw["bytes"] / rw["runtime_s"] if rw and rw["runtime_s"] else None
+        row = {"write": wr, "flush": fl, "raw": rw, "wb_bytes_per_s": wb_bps, "raw_bytes_per_s": raw_bps,
+               "ratio": ratio(wb_bps, raw_bps), "same_sequence": same,
+               "ratio_by_drain": ratio(nbytes / fl["drain_s"] if fl.get("drain_s") else None, raw_bps), "distinct_blocks": distinct,
+               "dirty_before": g(a, "dirty_data"), "dirty_after": g(b, "dirty_data"),
+               "written_before_flush": g(a, "writeback_written"), "written_by_flush": delta(a, b, "writeback_written"),
+               "state_after": g(b, "state")}
+        rows.append(row)
+        if not same:
+            notes.append(f"(2) repeat {r}: the wb and raw block sequences differ (fio iologs)")
+        if distinct is not None and distinct != cfg["flush_blocks"]:
+            notes.append(f"(2) repeat {r}: {distinct} distinct blocks written, expected {cfg['flush_blocks']}")
+        if row["dirty_before"] is not None and row["dirty_before"] != nbytes:
+            notes.append(f"(2) repeat {r}: {row['dirty_before']} bytes dirty before the flush, expected {nbytes}")
+        if row["written_before_flush"]:
+            notes.append(f"(2) repeat {r}: {row['written_before_flush']} bytes written back before the flush "
+                         "although writeback_running was 0")
+        if row["dirty_after"] not in (0, None) or (row["state_after"] not in (None, "clean")):
+            notes.append(f"(2) repeat {r}: after the flush {row['dirty_after']} bytes dirty, state {row['state_after']}")
+        for run in (wr, rw):
+            if run and "machine" in run:
+                busy.append(run["machine"])
+    wbm, rwm = med([x["wb_bytes_per_s"] for x in rows]), med([x["raw_bytes_per_s"] for x in rows])
+    rat, sp = ratio(wbm, rwm), spread([x["ratio"] for x in rows])
+    doc["s2_flush"] = {"server_wb": cmd("w2-1"), "server_raw": cmd("raw"), "runs": rows,
+                       "wb_bytes_per_s": wbm, "raw_bytes_per_s": rwm, "ratio": rat, "spread": sp}
+    st = target("(2) ctl flush / spindle in write order, bytes/s >= 2x", rat, 2.0)
+    scale = "" if cfg["flush_blocks"] == 32768 and cfg["flush_region"] == 256 * MiB else \
+        f" (scaled down from 32768 over 256 MiB)"
+    summary.append(f"| (2) flush {cfg['flush_blocks']} random 4 KiB dirty blocks over {cfg['flush_region'] >> 20} MiB{scale}, "
+                   f"MiB/s | {f2(wbm and wbm / MiB)} | {f2(rwm and rwm / MiB)} | {fx(rat)} | "
+                   f"{', '.join(f2(x['ratio']) for x in rows)} | {fsp(sp)} | ≥ 2× | {st} |")
+    detail += [f"## (2) ctl flush of {cfg['flush_blocks']} distinct random 4 KiB blocks ({nbytes >> 20} MiB) "
+               f"over {cfg['flush_region'] >> 20} MiB{scale}", "",
+               f"wb: `{cmd('w2-1')}` (formatted afresh per repeat, `ctl set writeback_running 0`, blocks written "
+               "QD32 in fio's random order, then `ubcache ctl flush` timed by wall clock: the daemon's Drain polls "
+               "once a second, so the time includes up to ~1 s of polling slack)  ",
+               f"raw: `{cmd('raw')}`: the same fio job (same seed and size: the same block sequence, checked in fio's "
+               "iologs) at QD32 through the same NBD path; the model serves one request at a time in arrival order, "
+               "so the spindle takes the blocks in the order written; time = fio's job runtime  ",
+               f"fio: `{(rows[0]['raw'] or {}).get('fio_command', '')}`", "",
+               "| repeat | flush s (daemon says; drained per log) | flush MiB/s | raw s | raw MiB/s | flush/raw | same sequence | "
+               "dirty before → after | written back by flush MiB | before flush (running 0) |",
+               "|---|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+    for i, x in enumerate(rows, 1):
+        fl, rr = x["flush"], x["raw"] or {}
+        detail.append(f"| {i} | {f2(fl.get('wall_s'))} ({f1(fl.get('daemon_s'))}; {f2(fl.get('drain_s'))}) | {f2(x['wb_bytes_per_s'] and x['wb_bytes_per_s'] / MiB)} | "
+                      f"{f2(rr.get('runtime_s'))} | {f2(x['raw_bytes_per_s'] and x['raw_bytes_per_s'] / MiB)} | {f2(x['ratio'])} ({f2(x['ratio_by_drain'])}) | "
+                      f"{'yes' if x['same_sequence'] else 'NO'} ({x['distinct_blocks']} distinct) | "
+                      f"{fmib(x['dirty_before'])} → {fmib(x['dirty_after'])} MiB | {fmib(x['written_by_flush'])} | "
+                      f"{x['written_before_flush']} B |")
+    detail += ["", f"Flush replies: " + "; ".join(f"`{x['flush']['reply']}`" for x in rows), ""]
+
+# (3)
+def s3(v):
+    rows = {"solo": [], "beside": []}
+    for r in range(1, R + 1):
+        for m in ("solo", "beside"):
+            tag = f"s{v}-{m}-{r}"
+            rd = one(tag, "read", "reader")
+            jobs = fio_jobs(tag) if m == "beside" else []
+            wiops = sum(x["write"]["iops"] for x in (jobs or []) if x["jobname"] == "writers") if m == "beside" else None
+            a, w, b = snap(f"{tag}-0"), snap(f"{tag}-w") if m == "beside" else None, snap(f"{tag}-1")
+            win0 = w if w else a
+            hits = delta(a, b, "stats_total/cache_hits")
+            miss = delta(a, b, "stats_total/cache_misses")
+            fl = flush_info(f"{tag}-flush", "w3")
+            row = {"reader": rd, "writers_iops": wiops, "flush_before": fl,
+                   "reader_hit_pct": 100.0 * hits / (hits + miss) if hits is not None and miss is not None and hits + miss else None,
+                   "dirty_start": g(a, "dirty_data"), "dirty_reader_start": g(win0, "dirty_data"), "dirty_end": g(b, "dirty_data"),
+                   "wb_written_window": delta(win0, b, "wb_write_bytes"), "wb_written_run": delta(a, b, "wb_write_bytes"),
+                   "writeback_written_run": delta(a, b, "writeback_written"), "wb_cpu_ticks_window": delta(win0, b, "wb_ticks"),
+                   "window_s": delta(win0, b, "t"), "writeback_rate_end": g(b, "writeback_rate"),
+                   "dirty_buckets_pct_end": g(b, "priority_stats/dirty_percent"), "state_end": g(b, "state"),
+                   "target_approx": (g(b, "nbuckets") or 0) * (g(b, "bucket_size") or 0) * cfg["wb_percent3"] // 100}
+            rows[m].append(row)
+            if rd and "machine" in rd:
+                busy.append(rd["machine"])
+            if m == "beside" and (row["wb_written_window"] or 0) < MiB:
+                notes.append(f"({v}) repeat {r}: writeback wrote only {(row['wb_written_window'] or 0) / 1024:.0f} KiB to "
+                             f"the spindle in the {f1(row['window_s'])} s the reader ran beside the writers (dirty "
+                             f"{fmib(row['dirty_reader_start'])} → {fmib(row['dirty_end'])} MiB, target ~"
+                             f"{fmib(row['target_approx'])} MiB, writeback_rate {row['writeback_rate_end']} B/s at the "
+                             "end): writeback was not busy, so this pair did not measure a reader beside writeback")
+            if m == "solo" and row["wb_written_run"]:
+                notes.append(f"({v}) repeat {r}: writeback wrote {fmib(row['wb_written_run'])} MiB during the solo run")
+            if fl.get("reply") and "clean" not in fl["reply"]:
+                notes.append(f"({v}) repeat {r} {m}: the flush before it did not end clean: {fl['reply']}")
+            if v == "3a" and row["reader_hit_pct"] is not None and row["reader_hit_pct"] > 5:
+                notes.append(f"(3a) repeat {r} {m}: {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
+            if v == "3b" and row["reader_hit_pct"] is not None and row["reader_hit_pct"] < 99:
+                notes.append(f"(3b) repeat {r} {m}: only {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
+    solo = med([x["reader"] and x["reader"]["iops"] for x in rows["solo"]])
+    beside = med([x["reader"] and x["reader"]["iops"] for x in rows["beside"]])
+    per = [ratio(b["reader"] and b["reader"]["iops"], s["reader"] and s["reader"]["iops"])
+           for s, b in zip(rows["solo"], rows["beside"])]
+    return {"runs": rows, "solo_iops": solo, "beside_iops": beside, "ratio": ratio(beside, solo),
+            "ratio_per_pair": per, "spread": spread(per)}
+
+if "3a" in sections or "3b" in sections:
+    doc["s3_server"] = cmd("w3")
+    detail += [f"## (3) 4 KiB randread QD1 beside 4 writers (randwrite 4 KiB QD8 each"
+               f"{', fdatasync=' + str(cfg['writer_fsync']) if cfg['writer_fsync'] else ''}) vs alone, "
+               f"{cfg['read_seconds']} s reader window", "",
+               f"`{cmd('w3')}`, `ctl set writeback_percent {cfg['wb_percent3']}`"
+               f"{'' if cfg['wb_delay'] == 'default' else ', `ctl set writeback_delay ' + str(cfg['wb_delay']) + '`'}"
+               f"{', `ctl set writeback_rate ' + str(cfg['wb_rate']) + '` before each beside run' if cfg.get('wb_rate') else ''}; "
+               f"one daemon for all of (3); `ctl flush` before every run, so each starts with nothing dirty. "
+               f"Writers over {cfg['writer_region'] >> 20} MiB at {cfg['writer_off'] >> 20} MiB, started "
+               f"{cfg['warmup']} s before the reader (one fio process, one NBD connection per job). "
+               "\"written back\" = bytes the daemon's ub-writeback thread (and its io_uring workers) wrote while the "
+               "reader ran (/proc/PID/task/TID/io); reader hits from the ctl stats_total delta.", ""]
+    for v, label, off, size in (("3a", "reader region not cached (reads go to the spindle)", 0, cfg["reader_region"]),
+                                ("3b", "reader region warm in the cache", cfg["warm_off"], cfg["warm_region"])):
+        if v not in sections:
+            continue
+        x = s3(v)
+        doc["s" + v] = x
+        doc["s" + v]["region"] = [off, size]
+        st = target(f"({v}) reader beside writers / alone, IOPS >= 0.8 — {label}", x["ratio"], 0.8)
+        summary.append(f"| ({v}) 4 KiB randread QD1 beside 4 writers vs alone, {label}, IOPS | {f0(x['beside_iops'])} | "
+                       f"{f0(x['solo_iops'])} | {fx(x['ratio'])} | {', '.join(f2(p) for p in x['ratio_per_pair'])} | "
+                       f"{fsp(x['spread'])} | ≥ 0.8× | {st} |")
+        fio_cmd = ((x["runs"]["beside"] or [{}])[0].get("reader") or {}).get("fio_command", "")
+        detail += [f"### ({v}) {label}: {size >> 20} MiB at {off >> 20} MiB", "", f"fio (beside): `{fio_cmd}`", "",
+                   "| repeat | run | reader IOPS | p50/p99 ms | reader hits % | writers IOPS | dirty at reader start → end MiB | "
+                   "written back while reading MiB | writeback_rate at end KiB/s | flush before s | server CPU % |",
+                   "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+        for m in ("solo", "beside"):
+            for i, y in enumerate(x["runs"][m], 1):
+                rd = y["reader"] or {}
+                detail.append(f"| {i} | {m} | {f0(rd.get('iops'))} | {f2(rd.get('p50_ms'))}/{f2(rd.get('p99_ms'))} | "
+                              f"{f1(y['reader_hit_pct'])} | {f0(y['writers_iops'])} | "
+                              f"{fmib(y['dirty_reader_start'])} → {fmib(y['dirty_end'])} | {fmib(y['wb_written_window'])} | "
+                              f"{f0(y['writeback_rate_end'] and y['writeback_rate_end'] / 1024)} | "
+                              f"{f1(y['flush_before'].get('wall_s'))} | {f0(rd.get('server_cpu_pct'))} |")
+        detail.append("")
+    ff = flush_info("s3-final-flush", "w3")
+    doc["s3_final_flush"] = ff
+    detail += [f"Final flush of (3): {f1(ff.get('wall_s'))} s, `{ff.get('reply')}`", ""]
+
+# Daemon logs: warnings and errors.
+logs = {}
+for p in sorted(glob.glob(f"{raw}/*.log")):
+    name = os.path.basename(p)[:-4]
+    if name in ("format", "ctl"):
+        continue
+    try:
+        wl = [l.rstrip() for l in open(p, errors="replace") if re.match(r"^\S+ \S+ [WE] \[", l)]
+    except OSError:
+        continue
+    logs[name] = wl
+doc["daemon_warnings"] = logs
+nwarn = sum(len(v) for v in logs.values())
+
+out = lines + ["| measure | ubcache | baseline | ratio | per pair | spread | target | |",
+               "|---|---:|---:|---:|---|---|---|---|"]
+out += summary
+out += ["", "Baselines: (1) the spindle alone through `ubcache serve --backing sas:RAW` (same NBD path); "
+        "(2) the same blocks written to it directly in write order; (3) the same reader on the same daemon, "
+        "writers not running, nothing dirty.", ""]
+out += detail
+out += machine_lines(busy)
+out += ["Checks:", ""]
+out += [f"- {n}" for n in notes] or ["- nothing unusual in the daemon's counters"]
+out += [f"- daemon logs: {nwarn} warning/error line(s)" + ("" if not nwarn else ":")]
+for k, v in logs.items():
+    for l in v[:5]:
+        out.append(f"    - {k}: `{l}`")
+    if len(v) > 5:
+        out.append(f"    - {k}: … {len(v) - 5} more")
+out += ["", "Targets (writeback issue):", ""]
+for t in targets:
+    shown = "—" if t["value"] is None else f"{t['value']:.2f}"
+    out.append(f"    {'PASS' if t['pass'] else 'MISS'} {t['target']}: {shown}")
+doc["notes"] = notes
+doc["targets"] = targets
+doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+write_results(base, doc, "\n".join(out) + "\n")
+sys.exit(1 if bad else 0)
 EOF
-true
 bench_finish

@@ -111,6 +111,15 @@ ExtentIndex::Options CacheSet::IndexOptions() {
   io.bucket_bytes = o_.bucket_size;
   // Called under an index shard lock: atomics only.
   io.on_dirty = [this](uint64_t bucket, int64_t delta) {
+    // Dirty bytes leave a bucket (overwritten, cleaned, moved) only once the
+    // index change that removed them is durable: reclaimed before that, a
+    // crash would replay the old dirty pointer into a bucket whose new gen
+    // is already journaled — stale, and the data lost.
+    if (delta < 0 && persistent_) {
+      std::lock_guard<std::mutex> l(undirty_mu_);
+      undirty_.emplace_back(static_cast<uint32_t>(bucket), delta);
+      return;
+    }
     buckets_->AddDirty(static_cast<uint32_t>(bucket), delta);
   };
   return io;
@@ -219,6 +228,7 @@ Status CacheSet::Recover() {
   // The index replays its own records (the entries after root.journal_seq)
   // and restores the dirty accounting of the checkpoint before them.
   UB_ASSIGN_OR_RETURN(index_, ExtentIndex::Open(store_.get(), root, IndexOptions(), &t.dirty));
+  ReleaseUndirty(TakeUndirty());  // replayed: durable already
   // From here on the device is no longer clean (the flag is informational:
   // every start recovers the same way).
   UB_RETURN_IF_ERROR(WriteSuperblock(&root, false, sb.bucket_table_offset, sb.bucket_table_len));
@@ -275,7 +285,35 @@ Status CacheSet::WriteSuperblock(const IndexRoot* root, bool clean, uint64_t tab
   return Status::OK();
 }
 
-Status CacheSet::Checkpoint() { return CheckpointLocked(false); }
+std::vector<std::pair<uint32_t, int64_t>> CacheSet::TakeUndirty() {
+  std::lock_guard<std::mutex> l(undirty_mu_);
+  std::vector<std::pair<uint32_t, int64_t>> out;
+  out.swap(undirty_);
+  return out;
+}
+
+void CacheSet::ReleaseUndirty(const std::vector<std::pair<uint32_t, int64_t>>& taken) {
+  for (auto [b, d] : taken) buckets_->AddDirty(b, d);
+}
+
+Status CacheSet::Durably(const std::function<Status()>& commit) {
+  // Everything taken here was recorded with its op, under that op's shard
+  // lock, before this commit swaps the shards' pending ops: the commit
+  // makes all of those ops durable.
+  auto taken = TakeUndirty();
+  Status st = commit();
+  if (st.ok()) {
+    ReleaseUndirty(taken);
+  } else {
+    std::lock_guard<std::mutex> l(undirty_mu_);
+    undirty_.insert(undirty_.end(), taken.begin(), taken.end());
+  }
+  return st;
+}
+
+Status CacheSet::Checkpoint() {
+  return Durably([this] { return CheckpointLocked(false); });
+}
 
 Status CacheSet::CheckpointLocked(bool clean) {
   std::lock_guard<std::mutex> one(ckpt_mu_);
@@ -339,7 +377,7 @@ void CacheSet::CommitAsync(IoDone done) {
 
 Status CacheSet::Commit() {
   if (!persistent_) return Status::OK();
-  Status st = index_->Commit();
+  Status st = Durably([this] { return index_->Commit(); });
   if (st.code() == Status::Code::kNoSpace) st = Checkpoint();
   return st;
 }
@@ -370,7 +408,7 @@ void CacheSet::JournalLoop() {
     std::vector<CommitWaiter> batch;
     batch.swap(waiters_);
     l.unlock();
-    Status st = index_->Commit();
+    Status st = Durably([this] { return index_->Commit(); });
     if (st.code() == Status::Code::kNoSpace ||
         (st.ok() && disk_store_->journal_used() > disk_store_->journal_capacity() / 2)) {
       // A checkpoint also makes every change before it durable.

@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -153,6 +154,11 @@ class CacheSet {
   static constexpr size_t kMovingGcBuckets = 64;       // buckets emptied per GC
   static constexpr uint64_t kMovingGcEverySeconds = 10;  // housekeeping runs it this often when short
   void JournalLoop();
+  // Runs a commit or checkpoint; on success releases the dirty-byte
+  // decrements recorded before it (see IndexOptions' on_dirty).
+  Status Durably(const std::function<Status()>& commit);
+  std::vector<std::pair<uint32_t, int64_t>> TakeUndirty();
+  void ReleaseUndirty(const std::vector<std::pair<uint32_t, int64_t>>& taken);
   void StopJournal();
   // Writes sb_ (seq bumped) with `root` (nullptr: keep), clean or not, and
   // the bucket table pointer: flush, write, flush.
@@ -197,6 +203,8 @@ class CacheSet {
   std::vector<CommitWaiter> waiters_;  // under jmu_
   bool jstop_ = false;                 // under jmu_
   std::thread journal_thread_;
+  std::mutex undirty_mu_;  // leaf lock: taken under index shard locks
+  std::vector<std::pair<uint32_t, int64_t>> undirty_;  // under undirty_mu_
   std::atomic<uint64_t> io_errors_{0};
   std::atomic<uint64_t> moving_gc_bytes_{0};
   std::atomic<bool> failed_{false};

@@ -4,7 +4,7 @@
 # target under a steady write load, and writeback_running pauses it.
 #
 # Devices: a formatted 256 MiB cache (64 KiB buckets: ~4000 of them) and a
-# formatted 320 MiB backing file behind the SAS model (`sas:`), writeback
+# formatted 1088 MiB (sparse) backing file behind the SAS model (`sas:`), writeback
 # mode. Knobs: writeback_rate_update_seconds 1, writeback_percent 5 (target
 # = 5 % of the cache's data buckets, ~12.6 MiB: the target the daemon
 # reports is used), writeback_delay 1, writeback_rate_p_term_inverse 5,
@@ -16,13 +16,15 @@
 # with a ~10 s time constant (critically damped), and a controller that does
 # not act drifts out of the band at the load's 400 KB/s in ~13 s.
 #
-# Load: after a 10 MiB burst of random 4 KiB writes past the region (dirty
+# Load: after a 10 MiB burst of random 4 KiB writes over the region (dirty
 # starts near the target instead of climbing for 30 s), fio randwrite 4 KiB at 100 IOPS
-# (409.6 KB/s; the spindle sustains ~150 random writes/s, writeback's sorted
-# order more) over a 256 MiB region, 64 s, every block written at most once
-# (fio's random map), so dirty grows by exactly the load minus writeback.
-# The region is 4x a writeback pass (64 stripes of 1 MiB), so one pass's
-# batch is a quarter of the dirty data, not all of it.
+# (409.6 KB/s; the model sustains ~160 random 4 KiB writes/s, writeback's
+# sorted order more) over a 1 GiB region, 64 s, every block written at most
+# once (fio's random map), so dirty grows by exactly the load minus
+# writeback. The region is 16x a writeback pass (64 dirty stripes of 1 MiB),
+# so a pass holds ~1/16 of the dirty data (~1 MB, ~2 s at the load's rate):
+# writeback marks a pass's data clean when the pass ends, and a pass of all
+# the dirty data would make dirty lag the writeback by the whole pass.
 #
 # Sampled every second (`ctl --json writeback-rate-debug`, `ctl get
 # writeback_written`) and printed as a table. Asserted:
@@ -31,8 +33,9 @@
 #  R2 dirty rises: the first steady sample is below the target, a later one
 #     reaches it;
 #  R3 it settles: every sample of t = 30..44 s is within target +-40 %
-#     (the band: the P offset of 16 % plus a pass's batch, ~3 MB = 25 %,
-#     which writeback marks clean at once);
+#     (the band: the P offset of 16 % plus a pass's batch, ~1 MB = 8 %,
+#     which writeback marks clean at once, plus fio's and the sampling's
+#     jitter);
 #  R4 the controller acts on the dirty data while a pass runs: proportional
 #     takes both signs, it and the rate change at least every 3 s while
 #     dirty moves by more than 1 MB (update_seconds is 1), the integral is
@@ -52,7 +55,7 @@ NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 
 CACHE=$WORK/cache.img BACKING=$WORK/backing.img
 truncate -s 256M "$CACHE"
-truncate -s 320M "$BACKING"
+truncate -s 1088M "$BACKING"
 "$UBCACHE" format --cache "$CACHE" --backing "$BACKING" --bucket-size 64k >"$WORK/format.log" 2>&1 ||
   fail "format: $(cat "$WORK/format.log")"
 start_server --cache "$CACHE" --backing "sas:$BACKING" --cache-mode writeback --nbd "unix:$SOCK" \
@@ -65,10 +68,12 @@ done
 MINIMUM=$(ctl get writeback_rate_minimum) || fail "ctl get writeback_rate_minimum"
 [[ $(ctl get state) == clean ]] || fail "state before any write: $(ctl get state)"
 
-REGION=256M
-# Apart from the load's region: fio draws the same offsets whatever the seed,
-# so a burst inside it would be overwritten block for block.
-run_fio "burst" --name=burst --rw=randwrite --bs=4k --iodepth=16 --offset=$REGION --size=32M --io_size=10M
+REGION=1G
+# Spread over the load's region like the load (a burst in 32 stripes would be
+# one writeback pass). fio 3.33 draws the same offsets whatever --randseed
+# says, so the burst's are the load's shifted by 1 MiB: else the load would
+# overwrite the burst block for block and add no dirty data.
+run_fio "burst" --name=burst --rw=randwrite --bs=4k --iodepth=16 --offset=1M --size=$REGION --io_size=10M
 log "after the burst: dirty $(ctl dirty-data) bytes, state $(ctl get state)"
 
 # The steady load, in the background; its JSON is checked at the end.
