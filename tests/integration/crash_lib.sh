@@ -273,7 +273,8 @@ crash_cycle() {
   start=$(startup_note)
   crash_warm_check "$i"
   local vlog=$WORK/verify.$i.log
-  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" >"$vlog" 2>&1 ||
+  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
+    $([[ ${CRASH_NARROW:-1} == 0 ]] && echo --no-narrow) >"$vlog" 2>&1 ||
     fail "cycle $i ($mode, killed after ${ran} ms): verify failed:
 $(cat "$vlog")
 (writer: $wsum; restart: $start)"
