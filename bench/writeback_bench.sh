@@ -12,13 +12,16 @@
 #  (2) ctl flush of --flush-blocks distinct random 4 KiB dirty blocks over
 #      --flush-region (written in random order with writeback_running 0),
 #      against the spindle alone taking the same block sequence in the order
-#      it was written (the same fio job, same seed, QD32 through NBD; the
-#      model serves requests one at a time in arrival order). Bytes/s of
-#      both; target >= 2x.
+#      it was written (the same fio job: the same block sequence, QD32 through
+#      NBD; the model serves requests one at a time in arrival order).
+#      Bytes/s of both; target >= 2x.
 #  (3) a 4 KiB randread QD1 reader beside 4 randwrite writers (QD8 each) in
-#      writeback with writeback_percent 1 (writeback busy), against the same
-#      reader alone on the same daemon (no writers, nothing dirty):
+#      writeback with writeback_percent 1 (so writeback should be busy),
+#      against the same reader alone (same daemon config, no writers, nothing
+#      dirty); a fresh daemon per run (SIGTERM restarts keep the cache):
 #      (3a) the reader's region is not cached: its reads go to the spindle;
+#      (3c) as (3a), with writeback_rate set (--wb-rate) before the writers
+#           start, so writeback really writes while the reader runs;
 #      (3b) the reader's region is warm in the cache (all hits).
 #      Target >= 0.8x.
 # Server CPU (/proc/PID/stat), machine CPU (/proc/stat), the daemon's knobs
@@ -52,10 +55,9 @@ WRITER_FSYNC=0
 WB_PERCENT1=40
 WB_PERCENT3=1
 WB_DELAY=1
-WB_RATE=""
+WB_RATE=4M
 REPEAT=2
-SEED=7
-SECTIONS="1,2,3a,3b"
+SECTIONS="1,2,3a,3c,3b"
 THREADS=0
 OUT="$repo/bench/results"
 UBCACHE=${UBCACHE:-$repo/build/ubcache}
@@ -76,13 +78,14 @@ Measures with fio's nbd engine (nbd+unix:///?socket=...), over a modelled
       interleaved per repeat; target wb/raw >= 20.
   (2) --flush-blocks distinct random 4 KiB blocks over --flush-region:
         wb:  written with writeback_running 0, then 'ubcache ctl flush' timed
-        raw: the same fio job (same seed: the same block sequence) on sas:RAW, QD32
+        raw: the same fio job (the same block sequence) on sas:RAW, QD32
       bytes/s of both; target wb/raw >= 2.
   (3) 4 KiB randread QD1 (--read-seconds) beside 4 randwrite writers (QD8 each,
       over --writer-region, started --warmup s before the reader), against the
-      reader alone; writeback_percent $WB_PERCENT3, writeback_delay --wb-delay; ctl flush
-      before every run. (3a) reader region not cached (spindle reads),
-      (3b) reader region warm in the cache. Target beside/alone >= 0.8.
+      reader alone; writeback_percent $WB_PERCENT3, writeback_delay --wb-delay; a fresh
+      daemon per run, ctl flush after it. (3a) reader region not cached (spindle
+      reads); (3c) as (3a) with writeback_rate --wb-rate set before the writers
+      start; (3b) reader region warm in the cache. Target beside/alone >= 0.8.
 Writes
   OUT/writeback_bench-<timestamp>.json   every run, daemon counters, medians, ratios
   OUT/writeback_bench-<timestamp>.md     the tables printed at the end
@@ -104,12 +107,11 @@ Options:
   --writer-region SIZE the writers' region, from half the device (default: $WRITER_REGION)
   --writer-fsync N   the writers' fio fdatasync=N (default: $WRITER_FSYNC: none)
   --wb-delay N|default writeback_delay for (3) (default: $WB_DELAY; 'default' keeps the daemon's)
-  --wb-rate SIZE     (3): ctl set writeback_rate SIZE just before each beside run, so the
-                     first writeback pass does not start at the controller's last rate
-                     (default: not set; the controller's own rate)
+  --wb-rate SIZE     (3c): ctl set writeback_rate SIZE before the writers start; the
+                     first writeback pass then runs at it instead of the rate a fresh
+                     daemon's controller left at 4 KiB/s (default: $WB_RATE)
   --repeat N         repeats (pairs) per section; tables show medians and spread (default: $REPEAT)
-  --seed N           fio randseed base (default: $SEED)
-  --sections LIST    any of 1,2,3a,3b (default: $SECTIONS)
+  --sections LIST    any of 1,2,3a,3b,3c (3 = all three) (default: $SECTIONS)
   --threads N        ubcache serve --threads (default: $THREADS = server default)
   --out DIR          results directory (default: bench/results)
   --ubcache PATH     ubcache binary (default: \$UBCACHE or build/ubcache); copied
@@ -146,7 +148,6 @@ while [[ $# -gt 0 ]]; do
     --wb-delay) WB_DELAY=${2:?--wb-delay needs N or default}; shift 2 ;;
     --wb-rate) WB_RATE=${2:?--wb-rate needs a size}; shift 2 ;;
     --repeat) REPEAT=${2:?--repeat needs N}; shift 2 ;;
-    --seed) SEED=${2:?--seed needs N}; shift 2 ;;
     --sections) SECTIONS=${2:?--sections needs a list}; shift 2 ;;
     --threads) THREADS=${2:?--threads needs N}; shift 2 ;;
     --out) OUT=${2:?--out needs a directory}; shift 2 ;;
@@ -160,7 +161,7 @@ done
 for v in REPEAT S1_SECONDS READ_SECONDS FLUSH_BLOCKS; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "${v,,}: expected a positive integer"
 done
-for v in SEED THREADS WARMUP WRITER_FSYNC; do
+for v in THREADS WARMUP WRITER_FSYNC; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "${v,,}: expected an integer"
 done
 [[ $WB_DELAY == default || $WB_DELAY =~ ^[0-9]+$ ]] || die "--wb-delay: expected an integer or 'default'"
@@ -168,10 +169,11 @@ done
 for t in "$FIO" "$PYTHON"; do command -v "$t" >/dev/null || die "$t not found"; done
 "$FIO" --enghelp 2>/dev/null | grep -qw nbd || die "this fio has no nbd engine"
 [[ $DIR == /tmp || $DIR == /tmp/* ]] && echo "writeback_bench: warning: $DIR is under /tmp, which may be tmpfs (no O_DIRECT)" >&2
-want1=0; want2=0; want3a=0; want3b=0
+want1=0; want2=0; want3a=0; want3b=0; want3c=0
 IFS=, read -r -a secs <<<"$SECTIONS"
 for s in "${secs[@]}"; do
-  case "$s" in 1) want1=1 ;; 2) want2=1 ;; 3a) want3a=1 ;; 3b) want3b=1 ;; 3) want3a=1; want3b=1 ;;
+  case "$s" in 1) want1=1 ;; 2) want2=1 ;; 3a) want3a=1 ;; 3b) want3b=1 ;; 3c) want3c=1 ;;
+    3) want3a=1; want3b=1; want3c=1 ;;
     *) die "--sections: unknown section '$s'" ;; esac
 done
 
@@ -182,6 +184,7 @@ flush_region=$(to_bytes "$FLUSH_REGION") || die "--flush-region: cannot parse '$
 reader_region=$(to_bytes "$READER_REGION") || die "--reader-region: cannot parse '$READER_REGION'"
 warm_region=$(to_bytes "$WARM_REGION") || die "--warm-region: cannot parse '$WARM_REGION'"
 writer_region=$(to_bytes "$WRITER_REGION") || die "--writer-region: cannot parse '$WRITER_REGION'"
+to_bytes "$WB_RATE" >/dev/null || die "--wb-rate: cannot parse '$WB_RATE'"
 flush_bytes=$(( FLUSH_BLOCKS * 4096 ))
 # A formatted backing device serves from its data_offset (8 KiB): its export
 # is that much shorter than the raw file's. Regions are MiB-aligned.
@@ -216,56 +219,79 @@ format_set() {
     echo "writeback_bench: ubcache format failed:" >&2; cat "$raw/format.log" >&2; return 1; }
 }
 
-# serve_wb NAME: a freshly formatted cache set in writeback over sas:BACKING,
-# control socket $raw/NAME.ctl.
-serve_wb() {
+# start_wb NAME: ubcache in writeback over sas:BACKING (the cache set as it
+# is), control socket $raw/NAME.ctl, and a sampler of its writeback thread's
+# I/O; serve_wb NAME: the same on a freshly formatted set.
+start_wb() {
   local name=$1
-  format_set || die "format failed"
   start_server "$name" "$BIN" serve --cache "$CACHE" --backing "sas:$BACKING" --cache-mode writeback \
     --sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0 \
     --threads "$THREADS" --nbd "unix:$raw/$name.sock" --control "$raw/$name.ctl" ||
     die "ubcache serve ($name) failed to start"
-  for _ in $(seq 100); do [[ -S $raw/$name.ctl ]] && return 0; sleep 0.05; done
-  die "$name: no control socket $raw/$name.ctl"
+  for _ in $(seq 100); do [[ -S $raw/$name.ctl ]] && break; sleep 0.05; done
+  [[ -S $raw/$name.ctl ]] || die "$name: no control socket $raw/$name.ctl"
+  start_sampler "$name"
 }
+serve_wb() { format_set || die "format failed"; start_wb "$1"; }
+stop_wb() { stop_sampler "$1"; stop_server "$1"; }
 
 ctl() { local s=$1; shift; "$BIN" ctl --control "$raw/$s.ctl" "$@"; }
 knob() {  # knob SERVER NAME VALUE
   ctl "$1" set "$2" "$3" >>"$raw/ctl.log" 2>&1 || { echo "writeback_bench: ctl set $2 $3 failed:" >&2; tail -3 "$raw/ctl.log" >&2; exit 2; }
 }
 
-# wb_io PID: "write_bytes read_bytes cpu_ticks found" of the daemon's
-# ub-writeback thread plus its io_uring workers (iou-wrk-TID) still alive:
-# the bytes writeback wrote to the backing device, live (writeback_written
-# only moves when a pass of up to 64 stripes is marked clean).
-wb_io() {
-  local p=$1 t wt="" comm w=0 r=0 k=0 x y s
+# wb_tids PID: "TID:write_bytes" of the daemon's ub-writeback thread and of
+# its io_uring workers (iou-wrk-TID): what writeback wrote to the backing
+# device, live (writeback_written moves only when a pass of up to 64 stripes
+# is marked clean). Builtins only: the sampler calls it twice a second.
+wb_tids() {
+  local p=$1 t wt="" comm k v out=""
   for t in /proc/"$p"/task/*; do
-    if [[ $(cat "$t/comm" 2>/dev/null) == ub-writeback ]]; then wt=${t##*/}; fi
+    { read -r comm <"$t/comm"; } 2>/dev/null || continue
+    if [[ $comm == ub-writeback ]]; then wt=${t##*/}; break; fi
   done
-  if [[ -z $wt ]]; then echo "0 0 0 0"; return 0; fi
+  [[ -n $wt ]] || return 0
   for t in /proc/"$p"/task/*; do
-    comm=$(cat "$t/comm" 2>/dev/null) || continue
+    { read -r comm <"$t/comm"; } 2>/dev/null || continue
     if [[ $comm == ub-writeback || $comm == "iou-wrk-$wt" ]]; then
-      x=$(awk '/^write_bytes/{print $2}' "$t/io" 2>/dev/null || echo 0)
-      y=$(awk '/^read_bytes/{print $2}' "$t/io" 2>/dev/null || echo 0)
-      s=$(cat "$t/stat" 2>/dev/null) || s=""
-      w=$(( w + ${x:-0} )); r=$(( r + ${y:-0} ))
-      if [[ -n $s ]]; then s=${s##*) }; set -- $s; k=$(( k + ${12} + ${13} )); fi
+      { while read -r k v; do
+          if [[ $k == write_bytes: ]]; then out+=" ${t##*/}:$v"; fi
+        done <"$t/io"; } 2>/dev/null || true
     fi
   done
-  echo "$w $r $k 1"
+  echo "$out"
 }
 
-# snap SERVER TAG: the daemon's counters and knobs, its writeback thread's I/O, the time.
+# start_sampler NAME / stop_sampler NAME: every 0.5 s, "time TID:bytes ..."
+# into $raw/samples-NAME.txt while server NAME runs. Workers come and go; the
+# report sums each TID's last value, so the total only grows.
+declare -A SPID
+start_sampler() {
+  local name=$1 p=${PID[$1]}
+  ( while kill -0 "$p" 2>/dev/null; do
+      echo "$EPOCHREALTIME $(wb_tids "$p")"
+      sleep 0.5
+    done ) >>"$raw/samples-$name.txt" 2>/dev/null &
+  SPID[$name]=$!
+}
+stop_sampler() {
+  local sp=${SPID[$1]:-}
+  [[ -n $sp ]] || return 0
+  echo "$EPOCHREALTIME $(wb_tids "${PID[$1]}")" >>"$raw/samples-$1.txt"
+  kill "$sp" 2>/dev/null || true
+  wait "$sp" 2>/dev/null || true
+  unset "SPID[$1]"
+}
+
+# snap SERVER TAG: the daemon's counters and knobs (ctl --json show) and the time.
 snap() {
   local s=$1 tag=$2
-  date +%s.%N >"$raw/t-$tag.txt"
+  echo "$EPOCHREALTIME" >"$raw/t-$tag.txt"
+  echo "$s" >"$raw/server-$tag.txt"
   if ! ctl "$s" --json show >"$raw/show-$tag.json" 2>"$raw/show-$tag.err"; then
     echo "writeback_bench: ctl show ($s, $tag) failed:" >&2; cat "$raw/show-$tag.err" >&2
     failures=$((failures + 1))
   fi
-  wb_io "${PID[$s]}" >"$raw/wbio-$tag.txt"
 }
 
 # run_fio SERVER TAG fio-args...: one fio run (any number of jobs) through
@@ -305,7 +331,7 @@ fi
 # (1) randwrite QD32: writeback cache vs the spindle alone.
 s1job() {
   echo --name=randwrite --rw=randwrite --bs=4k --iodepth=32 --offset=0 --size="$region1" \
-    --time_based --runtime="$S1_SECONDS" --norandommap --randseed=$(( SEED + $1 ))
+    --time_based --runtime="$S1_SECONDS" --norandommap
 }
 if [[ $want1 == 1 ]]; then
   for ((r = 1; r <= REPEAT; r++)); do
@@ -316,21 +342,22 @@ if [[ $want1 == 1 ]]; then
         knob "w1-$r" writeback_percent "$WB_PERCENT1"
         snap "w1-$r" "s1-wb-$r-0"
         # shellcheck disable=SC2046
-        run_fio "w1-$r" "s1-wb-$r" $(s1job "$r")
+        run_fio "w1-$r" "s1-wb-$r" $(s1job)
         snap "w1-$r" "s1-wb-$r-1"
-        stop_server "w1-$r"
+        stop_wb "w1-$r"
       else
         # shellcheck disable=SC2046
-        run_fio raw "s1-raw-$r" $(s1job "$r")
+        run_fio raw "s1-raw-$r" $(s1job)
       fi
     done
   done
 fi
 
 # (2) ctl flush of random dirty blocks vs the spindle taking them in write order.
-s2job() {  # s2job IOLOG: distinct blocks (fio's random map), the same sequence for the same seed
+s2job() {  # s2job IOLOG: distinct blocks (fio's random map); fio's default
+  # randrepeat=1 makes the sequence the same in every run (the iologs check it)
   echo --name=blocks --rw=randwrite --bs=4k --iodepth=32 --offset=0 --size="$flush_region" \
-    --io_size="$flush_bytes" --randseed="$SEED" --write_iolog="$1"
+    --io_size="$flush_bytes" --write_iolog="$1"
 }
 if [[ $want2 == 1 ]]; then
   for ((r = 1; r <= REPEAT; r++)); do
@@ -344,7 +371,7 @@ if [[ $want2 == 1 ]]; then
         snap "w2-$r" "s2-wb-$r-0"
         timed_flush "w2-$r" "s2-flush-$r"
         snap "w2-$r" "s2-wb-$r-1"
-        stop_server "w2-$r"
+        stop_wb "w2-$r"
       else
         # shellcheck disable=SC2046
         run_fio raw "s2-raw-$r" $(s2job "$raw/iolog-s2-raw-$r.log")
@@ -355,59 +382,71 @@ fi
 [[ -n ${PID[raw]:-} ]] && stop_server raw
 
 # (3) a reader beside four writers, writeback busy, vs the reader alone.
-reader_job() {  # reader_job OFFSET SIZE SEED [startdelay]
+# A fresh daemon per run (a SIGTERM restart keeps the cache warm), so every
+# run starts from the same writeback state: nothing dirty, the controller's
+# rate as a new daemon has it. randrepeat=0: fio's default repeats the same
+# offsets every run, which would make the "uncached" reader hit what earlier
+# runs filled (fio 3.33 ignores randseed here).
+reader_job() {  # reader_job OFFSET SIZE [startdelay]
   echo --name=reader --rw=randread --bs=4k --iodepth=1 --offset="$1" --size="$2" \
-    --time_based --runtime="$READ_SECONDS" --norandommap --randseed="$3" ${4:+--startdelay=$4}
+    --time_based --runtime="$READ_SECONDS" --norandommap --randrepeat=0 ${3:+--startdelay=$3}
 }
-writers_job() {  # writers_job SEED
+writers_job() {
   echo --name=writers --rw=randwrite --bs=4k --iodepth=8 --numjobs=4 --offset="$writer_off" \
-    --size="$writer_region" --time_based --runtime=$(( WARMUP + READ_SECONDS )) --norandommap \
-    --randseed="$1" $( (( WRITER_FSYNC > 0 )) && echo --fdatasync="$WRITER_FSYNC")
+    --size="$writer_region" --time_based --runtime=$(( WARMUP + READ_SECONDS )) --norandommap --randrepeat=0 \
+    $( (( WRITER_FSYNC > 0 )) && echo --fdatasync="$WRITER_FSYNC")
 }
-if [[ $want3a == 1 || $want3b == 1 ]]; then
-  serve_wb w3
-  knob w3 writeback_percent "$WB_PERCENT3"
-  [[ $WB_DELAY != default ]] && knob w3 writeback_delay "$WB_DELAY"
+s3_knobs() {
+  knob "$1" writeback_percent "$WB_PERCENT3"
+  if [[ $WB_DELAY != default ]]; then knob "$1" writeback_delay "$WB_DELAY"; fi
+}
+if [[ $want3a == 1 || $want3b == 1 || $want3c == 1 ]]; then
+  format_set || die "format failed"
   n=0
-  for v in 3a 3b; do
-    [[ $v == 3a && $want3a == 0 || $v == 3b && $want3b == 0 ]] && continue
-    if [[ $v == 3a ]]; then roff=0; rsize=$reader_region; else roff=$warm_off; rsize=$warm_region; fi
+  for v in 3a 3c 3b; do
+    eval "[[ \$want$v == 1 ]]" || continue
+    if [[ $v == 3b ]]; then roff=$warm_off; rsize=$warm_region; else roff=0; rsize=$reader_region; fi
     if [[ $v == 3b ]]; then
-      # One sequential 1 MiB read makes the region resident (sequential_cutoff 0).
-      run_fio w3 s3b-warmup --name=warmup --rw=read --bs=1m --iodepth=8 --offset="$roff" --size="$rsize"
+      # One sequential 1 MiB read makes the region resident (sequential_cutoff 0);
+      # the clean SIGTERM keeps it for the next daemons.
+      start_wb w3-warm
+      run_fio w3-warm s3b-warmup --name=warmup --rw=read --bs=1m --iodepth=8 --offset="$roff" --size="$rsize"
+      stop_wb w3-warm
     fi
     for ((r = 1; r <= REPEAT; r++)); do
       order=(solo beside); (( r % 2 == 0 )) && order=(beside solo)
       for m in "${order[@]}"; do
         n=$((n + 1))
         tag="s$v-$m-$r"
-        timed_flush w3 "$tag-flush"
-        snap w3 "$tag-0"
+        d="w3-$n"
+        start_wb "$d"
+        s3_knobs "$d"
+        if [[ $v == 3c && $m == beside ]]; then knob "$d" writeback_rate "$WB_RATE"; fi
+        snap "$d" "$tag-0"
         if [[ $m == solo ]]; then
           # shellcheck disable=SC2046
-          run_fio w3 "$tag" $(reader_job "$roff" "$rsize" $(( SEED * 1000 + n )))
+          run_fio "$d" "$tag" $(reader_job "$roff" "$rsize")
         else
-          if [[ -n $WB_RATE ]]; then knob w3 writeback_rate "$WB_RATE"; fi
           # shellcheck disable=SC2046
-          run_fio w3 "$tag" $(writers_job $(( SEED * 1000 + 500 + n ))) \
-            $(reader_job "$roff" "$rsize" $(( SEED * 1000 + n )) "$WARMUP") &
+          run_fio "$d" "$tag" $(writers_job) $(reader_job "$roff" "$rsize" "$WARMUP") &
           fpid=$!
           sleep "$WARMUP"
-          snap w3 "$tag-w"
+          snap "$d" "$tag-w"
           wait "$fpid" || true
           [[ -s $raw/fio-$tag.json ]] || failures=$((failures + 1))
         fi
-        snap w3 "$tag-1"
+        snap "$d" "$tag-1"
+        timed_flush "$d" "$tag-flush"
+        snap "$d" "$tag-2"
+        stop_wb "$d"
       done
     done
   done
-  timed_flush w3 s3-final-flush
-  stop_server w3
 fi
 
 # Medians, ratios, targets; JSON + Markdown; tables on stdout.
 base="$OUT/writeback_bench-$stamp"
-cmdline="bench/writeback_bench.sh --ubcache $UBCACHE --dir $DIR --cache-size $CACHE_SIZE --backing-size $BACKING_SIZE --seconds $S1_SECONDS --region1 $REGION1 --flush-blocks $FLUSH_BLOCKS --flush-region $FLUSH_REGION --read-seconds $READ_SECONDS --warmup $WARMUP --reader-region $READER_REGION --warm-region $WARM_REGION --writer-region $WRITER_REGION --writer-fsync $WRITER_FSYNC --wb-delay $WB_DELAY${WB_RATE:+ --wb-rate $WB_RATE} --repeat $REPEAT --seed $SEED --sections $SECTIONS --threads $THREADS"
+cmdline="bench/writeback_bench.sh --ubcache $UBCACHE --dir $DIR --cache-size $CACHE_SIZE --backing-size $BACKING_SIZE --seconds $S1_SECONDS --region1 $REGION1 --flush-blocks $FLUSH_BLOCKS --flush-region $FLUSH_REGION --read-seconds $READ_SECONDS --warmup $WARMUP --reader-region $READER_REGION --warm-region $WARM_REGION --writer-region $WRITER_REGION --writer-fsync $WRITER_FSYNC --wb-delay $WB_DELAY --wb-rate $WB_RATE --repeat $REPEAT --sections $SECTIONS --threads $THREADS"
 git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
 versions="$("$FIO" --version)"
 PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" \
@@ -415,7 +454,7 @@ PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" \
   flush_blocks="$FLUSH_BLOCKS" flush_region="$flush_region" flush_bytes="$flush_bytes" \
   reader_region="$reader_region" warm_off="$warm_off" warm_region="$warm_region" writer_off="$writer_off" \
   writer_region="$writer_region" writer_fsync="$WRITER_FSYNC" wb_percent1="$WB_PERCENT1" wb_percent3="$WB_PERCENT3" \
-  wb_delay="$WB_DELAY" wb_rate="$WB_RATE" cache_bytes="$cache_bytes" backing_bytes="$backing_bytes" seed="$SEED" threads="$THREADS" \
+  wb_delay="$WB_DELAY" wb_rate="$WB_RATE" cache_bytes="$cache_bytes" backing_bytes="$backing_bytes" threads="$THREADS" \
   sections="$SECTIONS" dir="$DIR" command="$cmdline" ubcache="$UBCACHE" ubcache_sha256_16="$bin_sha" \
   ubcache_mtime="$bin_mtime" ubcache_version="$bin_version" ubcache_rev="$git_rev" versions="$versions" \
   started="$started" <<'EOF' || failures=$((failures + 1))
@@ -429,7 +468,7 @@ for a in sys.argv[3:]:
 R = cfg["repeat"]
 sections = set(cfg["sections"].split(","))
 if "3" in sections:
-    sections |= {"3a", "3b"}
+    sections |= {"3a", "3b", "3c"}
 bad = 0
 MiB = 1 << 20
 
@@ -475,11 +514,52 @@ def one(tag, ddir, job=None):
 def snap(tag):
     s = load(f"{raw}/show-{tag}.json", quiet=True)
     try:
-        w, r, k, found = (int(v) for v in open(f"{raw}/wbio-{tag}.txt").read().split())
         t = float(open(f"{raw}/t-{tag}.txt").read())
+        server = open(f"{raw}/server-{tag}.txt").read().strip()
     except (OSError, ValueError):
         return None
-    return {"show": s or {}, "wb_write_bytes": w, "wb_read_bytes": r, "wb_ticks": k, "wb_thread": bool(found), "t": t}
+    return {"show": s or {}, "t": t, "server": server}
+
+_series = {}
+def wb_series(server):
+    """[(time, bytes the writeback thread and its io_uring workers had written)]:
+    each TID's last value summed, so workers that exited still count."""
+    if server not in _series:
+        pts, last = [], {}
+        try:
+            for l in open(f"{raw}/samples-{server}.txt"):
+                f = l.split()
+                if not f:
+                    continue
+                for x in f[1:]:
+                    tid, v = x.split(":")
+                    last[tid] = max(last.get(tid, 0), int(v))
+                pts.append((float(f[0]), sum(last.values())))
+        except (OSError, ValueError):
+            pass
+        _series[server] = pts
+    return _series[server]
+
+def wb_written(server, t0, t1):
+    """Bytes writeback wrote to the backing device between t0 and t1 (0.5 s samples)."""
+    pts = wb_series(server)
+    if len(pts) < 2 or t0 is None or t1 is None:
+        return None
+    def at(t):
+        v = pts[0][1]
+        for pt, pv in pts:
+            if pt <= t:
+                v = pv
+        return v
+    return at(t1) - at(t0)
+
+def run_window(tag):
+    """(start, end) wall time of the run `measured TAG` recorded."""
+    try:
+        t0, t1 = (float(x) for x in open(f"{raw}/cpu-{tag}.tsv").read().split()[:2])
+        return t0, t1
+    except (OSError, ValueError):
+        return None, None
 
 def g(sn, k):
     return (sn or {}).get("show", {}).get(k)
@@ -487,7 +567,7 @@ def g(sn, k):
 def delta(a, b, k):
     if a is None or b is None:
         return None
-    if k in ("wb_write_bytes", "wb_read_bytes", "wb_ticks", "t"):
+    if k == "t":
         return b[k] - a[k]
     x, y = g(a, k), g(b, k)
     return None if x is None or y is None else y - x
@@ -588,7 +668,8 @@ if "1" in sections:
         row = {"wb": wb, "raw": rw, "ratio": ratio(wb and wb["iops"], rw and rw["iops"]),
                "dirty_end": g(b, "dirty_data"), "state_end": g(b, "state"),
                "target_approx": cache_data * cfg["wb_percent1"] // 100 if cache_data else None,
-               "writeback_written": delta(a, b, "writeback_written"), "wb_thread_written": delta(a, b, "wb_write_bytes"),
+               "writeback_written": delta(a, b, "writeback_written"),
+               "wb_thread_written": wb_written(f"w1-{r}", *run_window(f"s1-wb-{r}")),
                "dirty_buckets_pct": g(b, "priority_stats/dirty_percent"),
                "cache_available_pct": g(b, "cache_available_percent")}
         rows.append(row)
@@ -674,7 +755,7 @@ if "2" in sections:
                f"wb: `{cmd('w2-1')}` (formatted afresh per repeat, `ctl set writeback_running 0`, blocks written "
                "QD32 in fio's random order, then `ubcache ctl flush` timed by wall clock: the daemon's Drain polls "
                "once a second, so the time includes up to ~1 s of polling slack)  ",
-               f"raw: `{cmd('raw')}`: the same fio job (same seed and size: the same block sequence, checked in fio's "
+               f"raw: `{cmd('raw')}`: the same fio job (fio's default randrepeat=1: the same block sequence, checked in fio's "
                "iologs) at QD32 through the same NBD path; the model serves one request at a time in arrival order, "
                "so the spindle takes the blocks in the order written; time = fio's job runtime  ",
                f"fio: `{(rows[0]['raw'] or {}).get('fio_command', '')}`", "",
@@ -699,34 +780,42 @@ def s3(v):
             rd = one(tag, "read", "reader")
             jobs = fio_jobs(tag) if m == "beside" else []
             wiops = sum(x["write"]["iops"] for x in (jobs or []) if x["jobname"] == "writers") if m == "beside" else None
-            a, w, b = snap(f"{tag}-0"), snap(f"{tag}-w") if m == "beside" else None, snap(f"{tag}-1")
-            win0 = w if w else a
+            a, w, b, c = snap(f"{tag}-0"), snap(f"{tag}-w") if m == "beside" else None, snap(f"{tag}-1"), snap(f"{tag}-2")
+            server = (a or {}).get("server")
+            t0, t1 = run_window(tag)
+            # The reader ran for its runtime up to the end of the fio run (the
+            # writers, started --warmup s earlier, end with it).
+            r0 = t1 - rd["runtime_s"] if rd and t1 else None
             hits = delta(a, b, "stats_total/cache_hits")
             miss = delta(a, b, "stats_total/cache_misses")
-            fl = flush_info(f"{tag}-flush", "w3")
-            row = {"reader": rd, "writers_iops": wiops, "flush_before": fl,
+            fl = flush_info(f"{tag}-flush", server)
+            row = {"server": server, "reader": rd, "writers_iops": wiops, "flush_after": fl,
                    "reader_hit_pct": 100.0 * hits / (hits + miss) if hits is not None and miss is not None and hits + miss else None,
-                   "dirty_start": g(a, "dirty_data"), "dirty_reader_start": g(win0, "dirty_data"), "dirty_end": g(b, "dirty_data"),
-                   "wb_written_window": delta(win0, b, "wb_write_bytes"), "wb_written_run": delta(a, b, "wb_write_bytes"),
-                   "writeback_written_run": delta(a, b, "writeback_written"), "wb_cpu_ticks_window": delta(win0, b, "wb_ticks"),
-                   "window_s": delta(win0, b, "t"), "writeback_rate_end": g(b, "writeback_rate"),
-                   "dirty_buckets_pct_end": g(b, "priority_stats/dirty_percent"), "state_end": g(b, "state"),
+                   "dirty_start": g(a, "dirty_data"), "dirty_reader_start": g(w or a, "dirty_data"), "dirty_end": g(b, "dirty_data"),
+                   "dirty_after_flush": g(c, "dirty_data"), "state_after_flush": g(c, "state"),
+                   "wb_written_reader": wb_written(server, r0, t1), "reader_window_s": rd["runtime_s"] if rd else None,
+                   "wb_written_run": wb_written(server, t0, t1),
+                   "writeback_written_run": delta(a, b, "writeback_written"),
+                   "writeback_rate_start": g(a, "writeback_rate"), "writeback_rate_end": g(b, "writeback_rate"),
+                   "dirty_buckets_pct_end": g(b, "priority_stats/dirty_percent"),
                    "target_approx": (g(b, "nbuckets") or 0) * (g(b, "bucket_size") or 0) * cfg["wb_percent3"] // 100}
             rows[m].append(row)
             if rd and "machine" in rd:
                 busy.append(rd["machine"])
-            if m == "beside" and (row["wb_written_window"] or 0) < MiB:
-                notes.append(f"({v}) repeat {r}: writeback wrote only {(row['wb_written_window'] or 0) / 1024:.0f} KiB to "
-                             f"the spindle in the {f1(row['window_s'])} s the reader ran beside the writers (dirty "
+            wr = row["wb_written_reader"]
+            if m == "beside" and (wr or 0) < MiB:
+                notes.append(f"({v}) repeat {r}: writeback wrote only {(wr or 0) / 1024:.0f} KiB to the spindle in the "
+                             f"{f1(row['reader_window_s'])} s the reader ran beside the writers (dirty "
                              f"{fmib(row['dirty_reader_start'])} → {fmib(row['dirty_end'])} MiB, target ~"
                              f"{fmib(row['target_approx'])} MiB, writeback_rate {row['writeback_rate_end']} B/s at the "
                              "end): writeback was not busy, so this pair did not measure a reader beside writeback")
-            if m == "solo" and row["wb_written_run"]:
+            if m == "solo" and (row["wb_written_run"] or 0) > MiB:
                 notes.append(f"({v}) repeat {r}: writeback wrote {fmib(row['wb_written_run'])} MiB during the solo run")
-            if fl.get("reply") and "clean" not in fl["reply"]:
-                notes.append(f"({v}) repeat {r} {m}: the flush before it did not end clean: {fl['reply']}")
-            if v == "3a" and row["reader_hit_pct"] is not None and row["reader_hit_pct"] > 5:
-                notes.append(f"(3a) repeat {r} {m}: {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
+            if row["dirty_after_flush"] not in (0, None) or row["state_after_flush"] not in (None, "clean"):
+                notes.append(f"({v}) repeat {r} {m}: after the flush {row['dirty_after_flush']} bytes dirty, "
+                             f"state {row['state_after_flush']}: {fl.get('reply')}")
+            if v != "3b" and row["reader_hit_pct"] is not None and row["reader_hit_pct"] > 10:
+                notes.append(f"({v}) repeat {r} {m}: {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
             if v == "3b" and row["reader_hit_pct"] is not None and row["reader_hit_pct"] < 99:
                 notes.append(f"(3b) repeat {r} {m}: only {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
     solo = med([x["reader"] and x["reader"]["iops"] for x in rows["solo"]])
@@ -736,26 +825,30 @@ def s3(v):
     return {"runs": rows, "solo_iops": solo, "beside_iops": beside, "ratio": ratio(beside, solo),
             "ratio_per_pair": per, "spread": spread(per)}
 
-if "3a" in sections or "3b" in sections:
-    doc["s3_server"] = cmd("w3")
+if sections & {"3a", "3b", "3c"}:
+    doc["s3_server"] = cmd("w3-1")
     detail += [f"## (3) 4 KiB randread QD1 beside 4 writers (randwrite 4 KiB QD8 each"
                f"{', fdatasync=' + str(cfg['writer_fsync']) if cfg['writer_fsync'] else ''}) vs alone, "
                f"{cfg['read_seconds']} s reader window", "",
-               f"`{cmd('w3')}`, `ctl set writeback_percent {cfg['wb_percent3']}`"
-               f"{'' if cfg['wb_delay'] == 'default' else ', `ctl set writeback_delay ' + str(cfg['wb_delay']) + '`'}"
-               f"{', `ctl set writeback_rate ' + str(cfg['wb_rate']) + '` before each beside run' if cfg.get('wb_rate') else ''}; "
-               f"one daemon for all of (3); `ctl flush` before every run, so each starts with nothing dirty. "
+               f"`{cmd('w3-1')}` (a fresh daemon per run on one cache set, formatted once: a SIGTERM restart keeps "
+               f"the cache), `ctl set writeback_percent {cfg['wb_percent3']}`"
+               f"{'' if cfg['wb_delay'] == 'default' else ', `ctl set writeback_delay ' + str(cfg['wb_delay']) + '`'}; "
+               "`ctl flush` after every run, so each starts with nothing dirty. "
                f"Writers over {cfg['writer_region'] >> 20} MiB at {cfg['writer_off'] >> 20} MiB, started "
-               f"{cfg['warmup']} s before the reader (one fio process, one NBD connection per job). "
-               "\"written back\" = bytes the daemon's ub-writeback thread (and its io_uring workers) wrote while the "
-               "reader ran (/proc/PID/task/TID/io); reader hits from the ctl stats_total delta.", ""]
-    for v, label, off, size in (("3a", "reader region not cached (reads go to the spindle)", 0, cfg["reader_region"]),
-                                ("3b", "reader region warm in the cache", cfg["warm_off"], cfg["warm_region"])):
+               f"{cfg['warmup']} s before the reader (one fio process, one NBD connection per job; fio randrepeat=0, "
+               "so no run repeats another's offsets). \"written back\" = bytes the daemon's ub-writeback thread and "
+               "its io_uring workers wrote while the reader ran (/proc/PID/task/TID/io sampled every 0.5 s); "
+               "reader hits from the ctl stats_total delta.", ""]
+    variants = (("3a", "reader region not cached (reads go to the spindle)", 0, cfg["reader_region"]),
+                ("3c", f"as (3a), writeback_rate set to {cfg['wb_rate']}/s before the writers start", 0, cfg["reader_region"]),
+                ("3b", "reader region warm in the cache", cfg["warm_off"], cfg["warm_region"]))
+    for v, label, off, size in variants:
         if v not in sections:
             continue
         x = s3(v)
         doc["s" + v] = x
         doc["s" + v]["region"] = [off, size]
+        doc["s" + v]["label"] = label
         st = target(f"({v}) reader beside writers / alone, IOPS >= 0.8 — {label}", x["ratio"], 0.8)
         summary.append(f"| ({v}) 4 KiB randread QD1 beside 4 writers vs alone, {label}, IOPS | {f0(x['beside_iops'])} | "
                        f"{f0(x['solo_iops'])} | {fx(x['ratio'])} | {', '.join(f2(p) for p in x['ratio_per_pair'])} | "
@@ -763,20 +856,18 @@ if "3a" in sections or "3b" in sections:
         fio_cmd = ((x["runs"]["beside"] or [{}])[0].get("reader") or {}).get("fio_command", "")
         detail += [f"### ({v}) {label}: {size >> 20} MiB at {off >> 20} MiB", "", f"fio (beside): `{fio_cmd}`", "",
                    "| repeat | run | reader IOPS | p50/p99 ms | reader hits % | writers IOPS | dirty at reader start → end MiB | "
-                   "written back while reading MiB | writeback_rate at end KiB/s | flush before s | server CPU % |",
-                   "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+                   "written back while reading MiB | writeback_rate start → end KiB/s | flush after s | server CPU % |",
+                   "|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|"]
         for m in ("solo", "beside"):
             for i, y in enumerate(x["runs"][m], 1):
                 rd = y["reader"] or {}
+                rs, re_ = y["writeback_rate_start"], y["writeback_rate_end"]
                 detail.append(f"| {i} | {m} | {f0(rd.get('iops'))} | {f2(rd.get('p50_ms'))}/{f2(rd.get('p99_ms'))} | "
                               f"{f1(y['reader_hit_pct'])} | {f0(y['writers_iops'])} | "
-                              f"{fmib(y['dirty_reader_start'])} → {fmib(y['dirty_end'])} | {fmib(y['wb_written_window'])} | "
-                              f"{f0(y['writeback_rate_end'] and y['writeback_rate_end'] / 1024)} | "
-                              f"{f1(y['flush_before'].get('wall_s'))} | {f0(rd.get('server_cpu_pct'))} |")
+                              f"{fmib(y['dirty_reader_start'])} → {fmib(y['dirty_end'])} | {fmib(y['wb_written_reader'])} | "
+                              f"{f0(rs and rs / 1024)} → {f0(re_ and re_ / 1024)} | "
+                              f"{f1(y['flush_after'].get('wall_s'))} | {f0(rd.get('server_cpu_pct'))} |")
         detail.append("")
-    ff = flush_info("s3-final-flush", "w3")
-    doc["s3_final_flush"] = ff
-    detail += [f"Final flush of (3): {f1(ff.get('wall_s'))} s, `{ff.get('reply')}`", ""]
 
 # Daemon logs: warnings and errors.
 logs = {}

@@ -125,7 +125,7 @@ void Writeback::UpdateRate(uint64_t now) {
   // bcache: the integral moves only when it can act — unwinding when below
   // target, growing when above target while writeback keeps up with the
   // rate (not when the backing device is the limit).
-  bool keeping_up = next_io_ <= now + 1'000'000;
+  bool keeping_up = now < next_io_ + 1'000'000;  // bcache: time_before(now, next + 1 ms): rate-limited, not behind
   if ((error < 0 && integral_ > 0) || (error > 0 && keeping_up)) integral_ += error * seconds;
   if (integral_ < 0) integral_ = 0;
   double i = integral_ / std::max<uint32_t>(1, k.writeback_rate_i_term_inverse.load());
@@ -178,24 +178,28 @@ uint64_t Writeback::Pass(bool full_speed) {
     stripes = index.DirtyStripes(d.dev_, 0, kStripesPerPass);
   }
   if (stripes.empty()) return 0;
-  cursor_ = stripes.back() + 1;
+  cursor_ = stripes.back() + 1;  // moved back below if the batch filled up early
   // Runs of contiguous stripes: each registered, then looked up (the order
   // the foreground's Invalidate-then-check relies on).
   struct Run {
     uint64_t start, end;
   };
   std::vector<Run> runs;
-  for (uint64_t s : stripes) {
-    if (!runs.empty() && runs.back().end == s * stripe)
-      runs.back().end += stripe;
-    else
-      runs.push_back({s * stripe, (s + 1) * stripe});
-  }
+  // One run per stripe, so a batch stops at kMaxBatchBytes (contiguous
+  // pieces of neighbouring stripes still go out as one write below).
+  for (uint64_t s : stripes) runs.push_back({s * stripe, (s + 1) * stripe});
   for (Run& r : runs) r.end = std::min(r.end, d.size());
   std::vector<std::unique_ptr<Piece>> pieces;
   std::vector<Extent> found;
   BucketAllocator& buckets = d.set_->buckets();
+  uint64_t batch_bytes = 0;
   for (Run& r : runs) {
+    // A batch is marked clean at its end: bounded, so progress (and ctl
+    // flush's report) moves in steps of at most kMaxBatchBytes.
+    if (batch_bytes >= kMaxBatchBytes) {
+      r.end = r.start;
+      continue;
+    }
     if (r.start >= r.end) continue;
     if (!d.RegisterWriteback(r.start, r.end)) {
       r.end = r.start;  // a foreground write owns part of it: next pass
@@ -213,6 +217,12 @@ uint64_t Writeback::Pass(bool full_speed) {
       auto p = std::make_unique<Piece>();
       p->e = e;
       pieces.push_back(std::move(p));
+      batch_bytes += e.len;
+    }
+  }
+  for (const Run& r : runs) {
+    if (r.start == r.end && batch_bytes >= kMaxBatchBytes) {
+      cursor_ = std::min(cursor_, r.start / stripe);  // not taken this pass: next one starts there
     }
   }
   // The index entries of what is written back are durable before the backing
@@ -251,11 +261,13 @@ uint64_t Writeback::Pass(bool full_speed) {
     Status st;
   };
   std::vector<std::unique_ptr<Write>> writes;
+  bool read_failed = false;
   for (auto& p : pieces) {
     if (!p->st.ok()) {
       d.set_->CountIoError(p->st);
       UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec(), p->st.ToString());
       errors_++;
+      read_failed = true;
       continue;
     }
     Write* w = writes.empty() ? nullptr : writes.back().get();
@@ -274,6 +286,17 @@ uint64_t Writeback::Pass(bool full_speed) {
   uint64_t bytes = 0;
   while (next < writes.size() || inflight > 0) {
     uint64_t now = NowNanos();
+    // The controller keeps running during a long pass, and a pause takes
+    // effect at once (what is in flight completes; the rest stays dirty).
+    if (now - last_update_ >= std::max<uint32_t>(1, k.writeback_rate_update_seconds.load()) * kNs) {
+      UpdateRate(now);
+      last_update_ = now;
+    }
+    if (!full_speed && !k.writeback_running.load()) {
+      if (inflight == 0) break;
+      reactor_->RunOnce(true);
+      continue;
+    }
     bool idle = now - d.last_request_ns_.load(std::memory_order_relaxed) > kIdleSeconds * kNs;
     bool reader = now - d.last_backing_read_ns_.load(std::memory_order_relaxed) < kReaderWindowNs;
     bool fast = full_speed || idle;
@@ -306,7 +329,7 @@ uint64_t Writeback::Pass(bool full_speed) {
   bool any_ok = false;
   for (auto& w : writes) any_ok |= w->st.ok() && next > 0;
   Status fst = any_ok ? SyncFlush(*d.backing_) : Status::OK();
-  bool failed = !fst.ok();
+  bool failed = !fst.ok() || read_failed;  // either way: back off before retrying
   for (size_t i = 0; i < writes.size(); i++) {
     Write& w = *writes[i];
     bool ok = i < next && w.st.ok() && fst.ok();

@@ -62,6 +62,7 @@ class Writeback {
   static constexpr uint64_t kReaderWindowNs = 100'000'000;  // 100 ms
   static constexpr uint64_t kMaxRun = 1 << 20;               // bytes per backing write
   static constexpr size_t kStripesPerPass = 64;
+  static constexpr uint64_t kMaxBatchBytes = 4 << 20;  // written back, then marked clean, per pass
 
   explicit Writeback(CachedDevice* dev);
   ~Writeback();  // stops the thread; dirty data stays dirty

@@ -209,10 +209,10 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
       l.Add("rate", Value::Int(d.rate));
       l.Add("dirty", Value::Int(d.dirty));
       l.Add("target", Value::Int(d.target));
-      l.Add("proportional", Value::Int(d.proportional));
-      l.Add("integral", Value::Int(d.integral));
-      l.Add("fragment", Value::Int(d.fragment));
-      l.Add("change", Value::Int(d.change));
+      l.Add("proportional", Value::Real(static_cast<double>(d.proportional)));  // signed
+      l.Add("integral", Value::Real(static_cast<double>(d.integral)));  // signed
+      l.Add("fragment", Value::Real(static_cast<double>(d.fragment)));  // signed
+      l.Add("change", Value::Real(static_cast<double>(d.change)));  // signed
       l.Add("next_io", Value::Int(d.next_io_ms));
       return l.Done();
     }

@@ -80,8 +80,10 @@ log "after the burst: dirty $(ctl dirty-data) bytes, state $(ctl get state)"
 RUNTIME=64 PAUSE_AT=45 RESUME_AT=55
 FIO_JSON=$WORK/fio.steady.json FIO_PID=""
 on_exit '[[ -z $FIO_PID ]] || kill -KILL "$FIO_PID"'
-# exec: $! is fio itself, so the exit hook ends it (not a wrapper around it).
-(cd "$WORK" && exec fio --output-format=json --output="$FIO_JSON" --ioengine=nbd --uri="$(nbd_uri)" \
+# exec and --thread: $! is fio itself and its job is a thread of it, so the
+# exit hook ends all of it (fio's job processes outlive a killed parent and
+# spin on a dead connection, filling their stderr).
+(cd "$WORK" && exec fio --thread --output-format=json --output="$FIO_JSON" --ioengine=nbd --uri="$(nbd_uri)" \
   --name=steady --rw=randwrite --bs=4k --iodepth=4 --offset=0 --size=$REGION --rate_iops=$LOAD_IOPS \
   --time_based --runtime=$RUNTIME) 2>"$WORK/fio.steady.stderr" </dev/null >/dev/null &
 FIO_PID=$!
