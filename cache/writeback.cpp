@@ -358,6 +358,7 @@ uint64_t Writeback::Pass(bool full_speed) {
 void Writeback::Loop() {
   CacheKnobs& k = dev_->set_->knobs();
   bool nothing_last = false;
+  uint64_t found_nothing_at = 0;
   while (true) {
     uint64_t now = NowNanos();
     StateTransitions();
@@ -373,15 +374,15 @@ void Writeback::Loop() {
       // dirty data or a state change kicks it awake sooner only if asked.
       uint64_t delay = !run ? kNs : std::max<uint64_t>(1, k.writeback_delay.load()) * kNs;
       if (!Sleep(std::min<uint64_t>(delay, kNs))) return;
-      if (nothing_last && dev_->set_->index().DirtyBytes(dev_->dev_) > 0 &&
-          NowNanos() - now >= std::max<uint64_t>(1, k.writeback_delay.load()) * kNs)
-        nothing_last = false;
+      if (nothing_last && NowNanos() - found_nothing_at >= std::max<uint64_t>(1, k.writeback_delay.load()) * kNs)
+        nothing_last = false;  // writeback_delay has passed since the empty pass
       if (drain || dev_->want_dirty_.load()) nothing_last = false;
       continue;
     }
     if (backoff_ns_ && !Sleep(backoff_ns_)) return;
     uint64_t found = Pass(drain);
     nothing_last = found == 0;
+    if (nothing_last) found_nothing_at = NowNanos();
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stop_) return;
