@@ -18,6 +18,7 @@
 #include "cache/superblock.h"
 #include "util/aligned_buffer.h"
 #include "util/hash.h"
+#include "timing.h"
 
 using namespace ubcache;
 
@@ -722,5 +723,5 @@ TEST_CASE("cache set: a crash with a million extents recovers from roots, table 
   WARN("unclean open of " << kExtents + kTail << " extents: " << s.micros / 1000.0 << " ms, read "
                           << s.bytes_read << " bytes (" << s.node_reads << " node reads, bucket table "
                           << s.table_bytes << " bytes)");
-  CHECK(s.micros < 1'000'000);
+  CHECK(s.micros < 1'000'000 * test::kTimingScale);  // the bound is for optimized builds
 }
