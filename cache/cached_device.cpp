@@ -460,6 +460,21 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
   WriteThrough(req, std::move(done), bypass, has_dirty);
 }
 
+void CachedDevice::WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done) {
+  uint64_t t0 = NowNanos();
+  set_->cache_dev()->Write(e.cache_offset, e.len, data, 0,
+                           [this, t0, done = std::move(done)](Status st) mutable {
+                             // Its latency feeds congestion; its error counts toward io_error_limit.
+                             uint64_t now = NowNanos();
+                             set_->congestion().Observe(
+                                 (now - t0) / 1000,
+                                 set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed),
+                                 now / 1000);
+                             if (!st.ok()) set_->CountIoError(st);
+                             done(st.ok());
+                           });
+}
+
 struct WriteBackOp {
   IoRequest req;
   IoDone done;
@@ -547,20 +562,10 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty)
   };
   for (const Extent& e : op->extents) {
     op->pending++;
-    uint64_t t0 = NowNanos();
-    set_->cache_dev()->Write(e.cache_offset, e.len, static_cast<uint8_t*>(req.buf) + (e.start - req.offset), 0,
-                             [this, op, finish, t0](Status st) mutable {
-                               uint64_t now = NowNanos();
-                               set_->congestion().Observe(
-                                   (now - t0) / 1000,
-                                   set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed),
-                                   now / 1000);
-                               if (!st.ok()) {
-                                 set_->CountIoError(st);
-                                 op->ok = false;
-                               }
-                               finish();
-                             });
+    WriteCache(e, static_cast<uint8_t*>(req.buf) + (e.start - req.offset), [op, finish](bool ok) mutable {
+      if (!ok) op->ok = false;
+      finish();
+    });
   }
   finish();
   return true;
@@ -631,20 +636,10 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
                .gen = space->gen, .dirty = false};
       op->extents.push_back(e);
       op->pending++;
-      uint64_t t0 = NowNanos();
-      set_->cache_dev()->Write(e.cache_offset, n, static_cast<uint8_t*>(req.buf) + off, 0,
-                               [this, op, finish, t0](Status st) mutable {
-                                 uint64_t now = NowNanos();
-                                 set_->congestion().Observe(
-                                     (now - t0) / 1000,
-                                     set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed),
-                                     now / 1000);
-                                 if (!st.ok()) {
-                                   set_->CountIoError(st);
-                                   op->cache_ok = false;
-                                 }
-                                 finish();
-                               });
+      WriteCache(e, static_cast<uint8_t*>(req.buf) + off, [op, finish](bool ok) mutable {
+        if (!ok) op->cache_ok = false;
+        finish();
+      });
     }
   }
   // The backing write waits for any writeback of the range in flight, so

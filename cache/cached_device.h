@@ -104,6 +104,8 @@ class CachedDevice final : public BlockDevice {
   // it cannot be taken (no space): the caller writes through instead.
   bool WriteBack(const IoRequest& req, IoDone& done, bool has_dirty);
   bool ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass);
+  // A client write's cache copy at e (its data at `data`): done(ok).
+  void WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done);
   // Runs fn (on this reactor) once no writeback write overlaps [start, end).
   void AfterWriteback(uint64_t start, uint64_t end, Callback<void()> fn);
   // The same, then holds [start, end) until ReleaseRange(.., false): the
