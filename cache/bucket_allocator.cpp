@@ -28,7 +28,11 @@ BucketAllocator::BucketAllocator(Options o)
   uint32_t usable = o_.nbuckets > o_.first_bucket ? o_.nbuckets - o_.first_bucket : 0;
   // Small caches get a few more: a reclaimed bucket now waits for its gen
   // to be journaled before it is free.
+  // The target is on top of the metadata reserve, which data never takes:
+  // else a small cache's data had only target - reserve buckets (2 MiB of
+  // 512 KiB buckets) before each allocation reclaimed inline.
   free_target_ = std::clamp<uint32_t>(usable / 128, std::min<uint32_t>(8, usable / 8), 4096);
+  free_target_ = std::min<uint32_t>(free_target_ + o_.metadata_reserve, std::max<uint32_t>(usable / 2, 1));
   free_target_ = std::max<uint32_t>(free_target_, 1);
 }
 
@@ -288,9 +292,10 @@ Result<uint32_t> BucketAllocator::TakeFreeLocked(bool metadata, ReplacementPolic
     // Durable gens first: buckets already reclaimed, then one more window.
     if (PersistPendingLocked()) continue;
     if (persisting_) {
-      // Another thread is journaling gens. Data can go uncached meanwhile;
-      // metadata (a checkpoint's or an eviction's node) waits for it.
-      if (!metadata) return Status::NoSpace("cache: buckets are being reclaimed");
+      // Another thread is journaling gens: wait for it. That is one journal
+      // write, what the reclaim below would cost this thread anyway; failing
+      // instead left data uncached whenever the refill thread was journaling
+      // (a burst just after a start, on a loaded machine, cached nothing).
       WaitForPersistLocked();
       continue;
     }

@@ -26,8 +26,40 @@ constexpr int64_t kFpTermLow = 1, kFpTermMid = 10, kFpTermHigh = 1000;
 struct Writeback::Piece {
   Extent e;
   AlignedBuffer buf;
-  Status st;
+  Status st;           // of its read from the cache device
+  Write* w = nullptr;  // the backing write it is part of
 };
+
+// One backing write: contiguous pieces, at most kMaxRun bytes, submitted in
+// chunks (kMaxRun, or kReaderChunk while a reader is active).
+struct Writeback::Write {
+  uint64_t start, len;
+  std::vector<Piece*> parts;
+  unsigned reading = 0;  // parts whose cache read is still in flight
+  AlignedBuffer buf;
+  Status st;                 // the first error of its chunks
+  uint64_t issued = 0;       // bytes submitted
+  unsigned outstanding = 0;  // chunks in flight
+  bool cleaned = false;      // flushed and marked clean (or its error counted)
+  bool complete() const { return issued == len && outstanding == 0; }
+};
+
+namespace {
+// Appends p to the last write if it continues it within kMaxRun, else
+// starts a new write.
+void AppendPiece(std::vector<std::unique_ptr<Writeback::Write>>& writes, Writeback::Piece* p) {
+  Writeback::Write* w = writes.empty() ? nullptr : writes.back().get();
+  if (!w || w->start + w->len != p->e.start || w->len + p->e.len > Writeback::kMaxRun) {
+    writes.push_back(std::make_unique<Writeback::Write>());
+    w = writes.back().get();
+    w->start = p->e.start;
+    w->len = 0;
+  }
+  w->len += p->e.len;
+  w->parts.push_back(p);
+  p->w = w;
+}
+}  // namespace
 
 Writeback::Writeback(CachedDevice* dev) : dev_(dev) {}
 
@@ -240,51 +272,91 @@ uint64_t Writeback::Pass(bool full_speed) {
       return 1;
     }
   }
-  // Read every piece from the cache device.
-  size_t pending = 0;
+  // Contiguous pieces make one backing write. Every piece is read from the
+  // cache device at once, and a write goes out as soon as its own pieces
+  // are read: reads and backing writes overlap.
+  std::vector<std::unique_ptr<Write>> writes;
+  for (auto& p : pieces) AppendPiece(writes, p.get());
+  size_t reading = 0;
   for (auto& p : pieces) {
     p->buf = AlignedBuffer(p->e.len);
-    pending++;
-    d.set_->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&pending, pp = p.get()](Status st) {
+    p->w->reading++;
+    reading++;
+    d.set_->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&reading, pp = p.get()](Status st) {
       pp->st = std::move(st);
-      pending--;
+      pp->w->reading--;
+      reading--;
     });
   }
-  reactor_->RunUntil([&] { return pending == 0; });
-  // Write back in backing order, contiguous pieces in one write, bounded in
-  // flight, at the controller's rate.
+  // Write back in backing order, bounded in flight, at the controller's rate.
   CacheKnobs& k = d.set_->knobs();
-  struct Write {
-    uint64_t start, len;
-    std::vector<Piece*> parts;
-    AlignedBuffer buf;
-    Status st;
+  bool failed = false;  // back off before the next pass
+  // A write with a part the cache device could not read goes out as the
+  // writes of its readable parts; the unreadable ones stay dirty.
+  auto split_unreadable = [&](size_t i) {
+    Write* w = writes[i].get();
+    std::vector<std::unique_ptr<Write>> parts;
+    for (Piece* p : w->parts) {
+      if (!p->st.ok()) {
+        d.set_->CountIoError(p->st);
+        UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec(), p->st.ToString());
+        errors_++;
+        failed = true;
+        continue;
+      }
+      AppendPiece(parts, p);
+    }
+    writes.erase(writes.begin() + static_cast<ptrdiff_t>(i));
+    writes.insert(writes.begin() + static_cast<ptrdiff_t>(i), std::make_move_iterator(parts.begin()),
+                  std::make_move_iterator(parts.end()));
   };
-  std::vector<std::unique_ptr<Write>> writes;
-  bool read_failed = false;
-  for (auto& p : pieces) {
-    if (!p->st.ok()) {
-      d.set_->CountIoError(p->st);
-      UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec(), p->st.ToString());
-      errors_++;
-      read_failed = true;
-      continue;
-    }
-    Write* w = writes.empty() ? nullptr : writes.back().get();
-    if (w && w->start + w->len == p->e.start && w->len + p->e.len <= kMaxRun) {
-      w->len += p->e.len;
-      w->parts.push_back(p.get());
-    } else {
-      auto nw = std::make_unique<Write>();
-      nw->start = p->e.start;
-      nw->len = p->e.len;
-      nw->parts.push_back(p.get());
-      writes.push_back(std::move(nw));
-    }
-  }
-  size_t next = 0, inflight = 0;
   uint64_t bytes = 0;
-  while (next < writes.size() || inflight > 0) {
+  // The rule: the backing device's copies are durable before any is marked
+  // clean. About once a second during a pass, and at its end, the writes
+  // completed so far are flushed on the backing device and then marked
+  // clean, so dirty data (and ctl flush's report) goes down steadily even
+  // when a batch takes long. A failed flush marks nothing and ends the pass.
+  bool flush_failed = false;
+  auto clean_completed = [&] {
+    std::vector<Write*> done;
+    bool any_ok = false;
+    for (auto& w : writes) {
+      if (w->cleaned || !w->complete()) continue;
+      done.push_back(w.get());
+      any_ok |= w->st.ok();
+    }
+    if (done.empty()) return;
+    // Only writes complete before the flush is submitted are covered by it.
+    Status fst = any_ok ? SyncFlush(*d.backing_) : Status::OK();
+    if (!fst.ok()) {
+      UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d.spec(), fst.ToString());
+      flush_failed = failed = true;
+      return;
+    }
+    uint64_t cleaned_now = 0;
+    for (Write* w : done) {
+      w->cleaned = true;
+      if (!w->st.ok()) {
+        failed = true;
+        errors_++;
+        UB_WARN("{}: writeback of {}+{} failed, kept dirty: {}", d.spec(), w->start, w->len, w->st.ToString());
+        continue;
+      }
+      for (Piece* p : w->parts) {
+        uint64_t cleaned = 0;
+        Status st = index.MarkClean(p->e, &cleaned);
+        if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d.spec(), st.ToString());
+        cleaned_now += cleaned;
+      }
+    }
+    bytes += cleaned_now;
+    written_ += cleaned_now;
+  };
+  size_t next = 0;  // the first write not wholly submitted
+  size_t inflight = 0;
+  uint64_t last_clean = NowNanos();
+  uint64_t yield_until = 0;  // while a reader is active: no write before this
+  while ((next < writes.size() && !flush_failed) || inflight > 0) {
     uint64_t now = NowNanos();
     // The controller keeps running during a long pass, and a pause takes
     // effect at once (what is in flight completes; the rest stays dirty).
@@ -292,66 +364,75 @@ uint64_t Writeback::Pass(bool full_speed) {
       UpdateRate(now);
       last_update_ = now;
     }
+    if (now - last_clean >= kCleanIntervalNs) {
+      clean_completed();
+      last_clean = now;
+    }
     if (!full_speed && !k.writeback_running.load()) {
       if (inflight == 0) break;
       reactor_->RunOnce(true);
       continue;
     }
     bool idle = now - d.last_request_ns_.load(std::memory_order_relaxed) > kIdleSeconds * kNs;
-    bool reader = now - d.last_backing_read_ns_.load(std::memory_order_relaxed) < kReaderWindowNs;
     bool fast = full_speed || idle;
-    size_t limit = reader && !full_speed ? 1 : fast ? 64 : 16;
+    // Foreground reads of the backing device go first (bcache's writeback
+    // starves readers of a spindle; the mmtests thread measured 38-90 %
+    // lost): while one was seen in the last kReaderWindowNs, one write of
+    // at most kReaderChunk at a time, and after each a pause of
+    // kReaderYield times its latency, so writeback holds the device a
+    // small share of the time (latency includes the wait behind a read).
+    bool yield = !full_speed && now - d.last_backing_read_ns_.load(std::memory_order_relaxed) < kReaderWindowNs;
+    size_t limit = yield ? 1 : fast ? 64 : 16;
+    uint64_t chunk = yield ? kReaderChunk : kMaxRun;
     uint64_t rate = fast ? kMaxRate : std::max<uint64_t>(1, k.writeback_rate.load());
-    while (next < writes.size() && inflight < limit && (fast || now >= next_io_)) {
-      Write* w = writes[next++].get();
-      if (w->parts.size() == 1) {
-        w->buf = std::move(w->parts[0]->buf);
-      } else {
-        w->buf = AlignedBuffer(w->len);
-        for (Piece* p : w->parts) std::copy(p->buf.data(), p->buf.data() + p->e.len, w->buf.data() + (p->e.start - w->start));
+    while (!flush_failed && next < writes.size() && inflight < limit && (fast || now >= next_io_) &&
+           (!yield || now >= yield_until)) {
+      Write* w = writes[next].get();
+      if (w->reading > 0) break;  // its data is still coming from the cache device
+      if (w->issued == 0 && std::any_of(w->parts.begin(), w->parts.end(), [](Piece* p) { return !p->st.ok(); })) {
+        split_unreadable(next);
+        continue;
       }
+      if (w->issued == 0) {
+        if (w->parts.size() == 1) {
+          w->buf = std::move(w->parts[0]->buf);
+        } else {
+          w->buf = AlignedBuffer(w->len);
+          for (Piece* p : w->parts)
+            std::copy(p->buf.data(), p->buf.data() + p->e.len, w->buf.data() + (p->e.start - w->start));
+        }
+      }
+      uint64_t off = w->issued, n = std::min(chunk, w->len - off);
+      w->issued += n;
+      w->outstanding++;
+      if (w->issued == w->len) next++;
       inflight++;
-      next_io_ = std::max(next_io_, now) + w->len * kNs / rate;
+      next_io_ = std::max(next_io_, now) + n * kNs / rate;
       dbg_next_io_ = next_io_;
-      d.backing_->Write(w->start, w->len, w->buf.data(), 0, [&inflight, w](Status st) {
-        w->st = std::move(st);
-        inflight--;
-      });
+      d.backing_->Write(w->start + off, n, w->buf.data() + off, 0,
+                        [&inflight, &yield_until, w, yield, t0 = now](Status st) {
+                          if (!st.ok() && w->st.ok()) w->st = std::move(st);
+                          w->outstanding--;
+                          inflight--;
+                          if (yield) {
+                            uint64_t t = NowNanos();
+                            yield_until = t + kReaderYield * (t - t0);
+                          }
+                        });
     }
-    if (inflight > 0) {
+    if (inflight > 0 || (next < writes.size() && writes[next]->reading > 0)) {
       reactor_->RunOnce(true);
-    } else if (next < writes.size()) {
-      if (!Sleep(std::min<uint64_t>(next_io_ - now, 50'000'000))) break;  // stopping
+    } else if (next < writes.size() && !flush_failed) {
+      uint64_t wake = std::max(fast ? now : next_io_, yield ? yield_until : now);
+      if (wake > now && !Sleep(std::min<uint64_t>(wake - now, 50'000'000))) break;  // stopping
     }
   }
-  reactor_->RunUntil([&] { return inflight == 0; });
-  // The rule: the backing device's copies are durable before any is marked clean.
-  bool any_ok = false;
-  for (auto& w : writes) any_ok |= w->st.ok() && next > 0;
-  Status fst = any_ok ? SyncFlush(*d.backing_) : Status::OK();
-  bool failed = !fst.ok() || read_failed;  // either way: back off before retrying
-  for (size_t i = 0; i < writes.size(); i++) {
-    Write& w = *writes[i];
-    bool ok = i < next && w.st.ok() && fst.ok();
-    if (i < next && !w.st.ok()) {
-      failed = true;
-      errors_++;
-      UB_WARN("{}: writeback of {}+{} failed, kept dirty: {}", d.spec(), w.start, w.len, w.st.ToString());
-    }
-    if (!ok) continue;
-    for (Piece* p : w.parts) {
-      uint64_t cleaned = 0;
-      Status st = index.MarkClean(p->e, &cleaned);
-      if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d.spec(), st.ToString());
-      bytes += cleaned;
-    }
-  }
-  if (!fst.ok()) UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d.spec(), fst.ToString());
+  reactor_->RunUntil([&] { return inflight == 0 && reading == 0; });
+  if (!flush_failed) clean_completed();
   for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
   for (const Run& r : runs)
     if (r.start < r.end) d.ReleaseRange(r.start, r.end, true);
   backoff_ns_ = failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
-  written_ += bytes;
   return bytes + (pieces.empty() ? 0 : 1);  // found something, even if nothing got cleaner
 }
 
@@ -393,7 +474,10 @@ void Writeback::Loop() {
 Status Writeback::Drain(const std::function<void(const std::string&)>& progress) {
   draining_++;
   Kick();
-  uint64_t t0 = NowNanos(), last_bytes = written_.load(), last_t = t0;
+  // The rate in the progress line is the average since the flush began:
+  // written_ moves in steps (once a second at most), so a per-line rate
+  // would swing between zero and twice the real one.
+  uint64_t t0 = NowNanos(), w0 = written_.load();
   Status result;
   for (;;) {
     uint64_t dirty = dev_->set_->index().DirtyBytes(dev_->dev_);
@@ -404,11 +488,9 @@ Status Writeback::Drain(const std::function<void(const std::string&)>& progress)
     }
     uint64_t now = NowNanos();
     uint64_t w = written_.load();
-    double rate = now > last_t ? static_cast<double>(w - last_bytes) * 1e9 / static_cast<double>(now - last_t) : 0;
+    double rate = now > t0 ? static_cast<double>(w - w0) * 1e9 / static_cast<double>(now - t0) : 0;
     progress("flush " + dev_->spec() + ": " + FormatSize(dirty) + " dirty left, " +
              FormatSize(static_cast<uint64_t>(rate)) + "/s written back");
-    last_bytes = w;
-    last_t = now;
     if (clean) break;
     Kick();
     std::this_thread::sleep_for(std::chrono::milliseconds(dirty == 0 ? 50 : 1000));

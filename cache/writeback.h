@@ -14,9 +14,10 @@
 //    backing device by writeback's older copy.
 //  - The journal is committed before a batch's backing writes: the backing
 //    device never holds data whose index entry a crash could take back.
-//  - The backing device is flushed after the writes of a batch complete and
-//    BEFORE the index marks them clean: a power cut never finds data marked
-//    clean that the backing device had only in its volatile cache.
+//  - The backing device is flushed after writes complete and BEFORE the
+//    index marks them clean (about once a second during a pass, and at its
+//    end): a power cut never finds data marked clean that the backing
+//    device had only in its volatile cache.
 //  - MarkClean only cleans the parts still mapping to the data written, so
 //    a range rewritten meanwhile stays dirty (its newer copy is written back
 //    later).
@@ -29,7 +30,10 @@
 // buckets are partly dirty, clamped to [writeback_rate_minimum, max]. Full
 // speed when no foreground request arrived for kIdleSeconds, or while a
 // ctl flush drains. Foreground reads of the backing device go first: while
-// one was seen in the last kReaderWindow, one write at a time.
+// one was seen in the last kReaderWindowNs, one write of at most
+// kReaderChunk at a time, each followed by a pause of kReaderYield times
+// its latency, so writeback holds the spindle about 1/(1 + kReaderYield)
+// of the time or less (a ctl flush does not yield).
 //
 // Superblock: MarkDirty when a writeback-mode write finds the backing
 // superblock not yet dirty (the write waits for it); MarkClean once nothing
@@ -62,7 +66,13 @@ class Writeback {
   static constexpr uint64_t kReaderWindowNs = 100'000'000;  // 100 ms
   static constexpr uint64_t kMaxRun = 1 << 20;               // bytes per backing write
   static constexpr size_t kStripesPerPass = 64;
-  static constexpr uint64_t kMaxBatchBytes = 4 << 20;  // written back, then marked clean, per pass
+  static constexpr uint64_t kMaxBatchBytes = 4 << 20;  // looked up and read from the cache per pass
+  static constexpr uint64_t kCleanIntervalNs = 1'000'000'000;  // flush + mark clean during a pass
+  // While a foreground read of the backing device was seen in the last
+  // kReaderWindowNs: one write of at most kReaderChunk in flight, then a
+  // pause of kReaderYield times its latency.
+  static constexpr uint64_t kReaderChunk = 256 << 10;
+  static constexpr uint64_t kReaderYield = 10;
 
   explicit Writeback(CachedDevice* dev);
   ~Writeback();  // stops the thread; dirty data stays dirty
@@ -82,8 +92,12 @@ class Writeback {
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
   uint64_t written_bytes() const { return written_.load(std::memory_order_relaxed); }
 
- private:
+  // A dirty extent read for writeback, and a backing write of contiguous
+  // ones (defined in writeback.cpp).
   struct Piece;
+  struct Write;
+
+ private:
   void Loop();
   // One batch of dirty stripes; returns the bytes written back (0: none found).
   uint64_t Pass(bool full_speed);

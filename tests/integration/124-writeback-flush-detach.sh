@@ -101,10 +101,11 @@ nprog=$(grep -c 'dirty left' "$WORK/flush.err" || true)
 log "4 (${SECONDS} s): flush in $((SECONDS - t0)) s, $nprog progress lines; first: $(head -n 1 "$WORK/flush.err"); reply: $(cat "$WORK/flush.out")"
 ((nprog >= 2)) || fail "4: flush printed $nprog progress lines: $(cat "$WORK/flush.err")"
 # The lines report progress: over a flush of several seconds "dirty left"
-# goes down step by step (at ~1 MB/s nearly every line shows a new amount;
-# at least every other one must), not from all to nothing at the end.
+# goes down step by step (writeback marks clean about once a second; on an
+# idle machine nearly every line shows a new amount, and on a loaded one at
+# least every third must), not in a few big steps or all at the end.
 nleft=$(grep -o '[0-9.]* [KMG]*i*B dirty left' "$WORK/flush.err" | sort -u | wc -l)
-((nprog < 5 || nleft * 2 >= nprog)) ||
+((nprog < 5 || nleft * 3 >= nprog)) ||
   soft_fail "4: $nprog progress lines over $((SECONDS - t0)) s show only $nleft values of 'dirty left':" \
     "$(sed 's/.*: //' "$WORK/flush.err" | uniq -c | tr '\n' ';')"
 grep -q ': clean, ' "$WORK/flush.out" || fail "4: the flush reply does not say clean: $(cat "$WORK/flush.out")"

@@ -678,3 +678,29 @@ TEST_CASE("a bucket with a cache write in flight is never reclaimed, even closed
   REQUIRE(taken);  // once the write is done it goes like any other
   RequireConsistent(a);
 }
+
+TEST_CASE("a data allocation while the refill thread journals generations waits for it instead of going uncached") {
+  BucketAllocator a(Opts(64));
+  FillAll(a);  // the free list is empty: the next allocation needs a reclaimed bucket
+  std::atomic<bool> persisting{false}, release{false};
+  a.SetGenPersister([&](const std::vector<std::pair<uint32_t, uint8_t>>&) {
+    persisting = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return Status::OK();
+  });
+  std::thread refill([&] { a.Refill(kLru); });
+  while (!persisting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    release = true;
+  });
+  // Before: NoSpace ("buckets are being reclaimed"), so a burst of writes
+  // right after a start went uncached whenever the refill thread journaled.
+  auto r = a.Allocate(0, kBucket, kLru);
+  REQUIRE(r.ok());
+  REQUIRE(release.load());  // it did wait for the journal write
+  a.WriteDone(r->bucket);
+  refill.join();
+  releaser.join();
+  RequireConsistent(a);
+}
