@@ -21,8 +21,10 @@
 // bytes back. A torn sector that a flush is still writing out is always
 // held: two writes of one block in flight at once may land in either order.
 //
-// The configuration can be changed at run time (SetConfig); the control
-// socket exposes it. Thread safety: any thread may configure; any reactor
+// The configuration can be changed at run time (SetConfig), by code: the
+// unit tests use it; the control socket does not expose it, so a daemon's
+// faults are fixed by its device spec. Thread safety: any thread may
+// configure; any reactor
 // thread may submit. One mutex guards config, overlay, random state and
 // counters; it is held only to copy or patch bytes and to decide, never
 // across I/O.

@@ -22,7 +22,10 @@
 #      (3a) the reader's region is not cached: its reads go to the spindle;
 #      (3c) as (3a), with writeback_rate set (--wb-rate) before the writers
 #           start, so writeback really writes while the reader runs;
-#      (3b) the reader's region is warm in the cache (all hits).
+#      (3b) the reader's region is warm in the cache (all hits);
+#      (3d) as (3b) with writeback_running 0: no writeback at all, so what
+#           (3b) loses beside the writers is the writers' share of the
+#           machine (2 cores here), not writeback's. A reference, no target.
 #      Target >= 0.8x.
 # Server CPU (/proc/PID/stat), machine CPU (/proc/stat), the daemon's knobs
 # and counters (ctl --json show) and the bytes its writeback thread wrote
@@ -57,7 +60,7 @@ WB_PERCENT3=1
 WB_DELAY=1
 WB_RATE=4M
 REPEAT=2
-SECTIONS="1,2,3a,3c,3b"
+SECTIONS="1,2,3a,3c,3b,3d"
 THREADS=0
 OUT="$repo/bench/results"
 UBCACHE=${UBCACHE:-$repo/build/ubcache}
@@ -85,7 +88,9 @@ Measures with fio's nbd engine (nbd+unix:///?socket=...), over a modelled
       reader alone; writeback_percent $WB_PERCENT3, writeback_delay --wb-delay; a fresh
       daemon per run, ctl flush after it. (3a) reader region not cached (spindle
       reads); (3c) as (3a) with writeback_rate --wb-rate set before the writers
-      start; (3b) reader region warm in the cache. Target beside/alone >= 0.8.
+      start; (3b) reader region warm in the cache; (3d) as (3b) with
+      writeback_running 0 (a reference: the writers' cost without writeback).
+      Target beside/alone >= 0.8.
 Writes
   OUT/writeback_bench-<timestamp>.json   every run, daemon counters, medians, ratios
   OUT/writeback_bench-<timestamp>.md     the tables printed at the end
@@ -111,7 +116,7 @@ Options:
                      first writeback pass then runs at it instead of the rate a fresh
                      daemon's controller left at 4 KiB/s (default: $WB_RATE)
   --repeat N         repeats (pairs) per section; tables show medians and spread (default: $REPEAT)
-  --sections LIST    any of 1,2,3a,3b,3c (3 = all three) (default: $SECTIONS)
+  --sections LIST    any of 1,2,3a,3b,3c,3d (3 = all four) (default: $SECTIONS)
   --threads N        ubcache serve --threads (default: $THREADS = server default)
   --out DIR          results directory (default: bench/results)
   --ubcache PATH     ubcache binary (default: \$UBCACHE or build/ubcache); copied
@@ -169,11 +174,11 @@ done
 for t in "$FIO" "$PYTHON"; do command -v "$t" >/dev/null || die "$t not found"; done
 "$FIO" --enghelp 2>/dev/null | grep -qw nbd || die "this fio has no nbd engine"
 [[ $DIR == /tmp || $DIR == /tmp/* ]] && echo "writeback_bench: warning: $DIR is under /tmp, which may be tmpfs (no O_DIRECT)" >&2
-want1=0; want2=0; want3a=0; want3b=0; want3c=0
+want1=0; want2=0; want3a=0; want3b=0; want3c=0; want3d=0
 IFS=, read -r -a secs <<<"$SECTIONS"
 for s in "${secs[@]}"; do
-  case "$s" in 1) want1=1 ;; 2) want2=1 ;; 3a) want3a=1 ;; 3b) want3b=1 ;; 3c) want3c=1 ;;
-    3) want3a=1; want3b=1; want3c=1 ;;
+  case "$s" in 1) want1=1 ;; 2) want2=1 ;; 3a) want3a=1 ;; 3b) want3b=1 ;; 3c) want3c=1 ;; 3d) want3d=1 ;;
+    3) want3a=1; want3b=1; want3c=1; want3d=1 ;;
     *) die "--sections: unknown section '$s'" ;; esac
 done
 
@@ -400,13 +405,13 @@ s3_knobs() {
   knob "$1" writeback_percent "$WB_PERCENT3"
   if [[ $WB_DELAY != default ]]; then knob "$1" writeback_delay "$WB_DELAY"; fi
 }
-if [[ $want3a == 1 || $want3b == 1 || $want3c == 1 ]]; then
+if [[ $want3a == 1 || $want3b == 1 || $want3c == 1 || $want3d == 1 ]]; then
   format_set || die "format failed"
   n=0
-  for v in 3a 3c 3b; do
+  for v in 3a 3c 3b 3d; do
     eval "[[ \$want$v == 1 ]]" || continue
-    if [[ $v == 3b ]]; then roff=$warm_off; rsize=$warm_region; else roff=0; rsize=$reader_region; fi
-    if [[ $v == 3b ]]; then
+    if [[ $v == 3b || $v == 3d ]]; then roff=$warm_off; rsize=$warm_region; else roff=0; rsize=$reader_region; fi
+    if [[ $v == 3b || $v == 3d ]]; then
       # One sequential 1 MiB read makes the region resident (sequential_cutoff 0);
       # the clean SIGTERM keeps it for the next daemons.
       start_wb w3-warm
@@ -422,6 +427,7 @@ if [[ $want3a == 1 || $want3b == 1 || $want3c == 1 ]]; then
         start_wb "$d"
         s3_knobs "$d"
         if [[ $v == 3c && $m == beside ]]; then knob "$d" writeback_rate "$WB_RATE"; fi
+        if [[ $v == 3d ]]; then knob "$d" writeback_running 0; fi
         snap "$d" "$tag-0"
         if [[ $m == solo ]]; then
           # shellcheck disable=SC2046
@@ -468,7 +474,7 @@ for a in sys.argv[3:]:
 R = cfg["repeat"]
 sections = set(cfg["sections"].split(","))
 if "3" in sections:
-    sections |= {"3a", "3b", "3c"}
+    sections |= {"3a", "3b", "3c", "3d"}
 bad = 0
 MiB = 1 << 20
 
@@ -803,7 +809,7 @@ def s3(v):
             if rd and "machine" in rd:
                 busy.append(rd["machine"])
             wr = row["wb_written_reader"]
-            if m == "beside" and (wr or 0) < MiB:
+            if m == "beside" and v != "3d" and (wr or 0) < MiB:
                 notes.append(f"({v}) repeat {r}: writeback wrote only {(wr or 0) / 1024:.0f} KiB to the spindle in the "
                              f"{f1(row['reader_window_s'])} s the reader ran beside the writers (dirty "
                              f"{fmib(row['dirty_reader_start'])} → {fmib(row['dirty_end'])} MiB, target ~"
@@ -814,10 +820,10 @@ def s3(v):
             if row["dirty_after_flush"] not in (0, None) or row["state_after_flush"] not in (None, "clean"):
                 notes.append(f"({v}) repeat {r} {m}: after the flush {row['dirty_after_flush']} bytes dirty, "
                              f"state {row['state_after_flush']}: {fl.get('reply')}")
-            if v != "3b" and row["reader_hit_pct"] is not None and row["reader_hit_pct"] > 10:
+            if v not in ("3b", "3d") and row["reader_hit_pct"] is not None and row["reader_hit_pct"] > 10:
                 notes.append(f"({v}) repeat {r} {m}: {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
-            if v == "3b" and row["reader_hit_pct"] is not None and row["reader_hit_pct"] < 99:
-                notes.append(f"(3b) repeat {r} {m}: only {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
+            if v in ("3b", "3d") and row["reader_hit_pct"] is not None and row["reader_hit_pct"] < 99:
+                notes.append(f"({v}) repeat {r} {m}: only {row['reader_hit_pct']:.1f} % of the reader's reads hit the cache")
     solo = med([x["reader"] and x["reader"]["iops"] for x in rows["solo"]])
     beside = med([x["reader"] and x["reader"]["iops"] for x in rows["beside"]])
     per = [ratio(b["reader"] and b["reader"]["iops"], s["reader"] and s["reader"]["iops"])
@@ -825,7 +831,7 @@ def s3(v):
     return {"runs": rows, "solo_iops": solo, "beside_iops": beside, "ratio": ratio(beside, solo),
             "ratio_per_pair": per, "spread": spread(per)}
 
-if sections & {"3a", "3b", "3c"}:
+if sections & {"3a", "3b", "3c", "3d"}:
     doc["s3_server"] = cmd("w3-1")
     detail += [f"## (3) 4 KiB randread QD1 beside 4 writers (randwrite 4 KiB QD8 each"
                f"{', fdatasync=' + str(cfg['writer_fsync']) if cfg['writer_fsync'] else ''}) vs alone, "
@@ -841,7 +847,9 @@ if sections & {"3a", "3b", "3c"}:
                "reader hits from the ctl stats_total delta.", ""]
     variants = (("3a", "reader region not cached (reads go to the spindle)", 0, cfg["reader_region"]),
                 ("3c", f"as (3a), writeback_rate set to {cfg['wb_rate']}/s before the writers start", 0, cfg["reader_region"]),
-                ("3b", "reader region warm in the cache", cfg["warm_off"], cfg["warm_region"]))
+                ("3b", "reader region warm in the cache", cfg["warm_off"], cfg["warm_region"]),
+                ("3d", "as (3b), writeback_running 0: the writers without writeback (reference, no target)",
+                 cfg["warm_off"], cfg["warm_region"]))
     for v, label, off, size in variants:
         if v not in sections:
             continue
@@ -849,10 +857,11 @@ if sections & {"3a", "3b", "3c"}:
         doc["s" + v] = x
         doc["s" + v]["region"] = [off, size]
         doc["s" + v]["label"] = label
-        st = target(f"({v}) reader beside writers / alone, IOPS >= 0.8 — {label}", x["ratio"], 0.8)
+        st = target(f"({v}) reader beside writers / alone, IOPS >= 0.8 — {label}", x["ratio"], 0.8) \
+            if v != "3d" else "reference"
         summary.append(f"| ({v}) 4 KiB randread QD1 beside 4 writers vs alone, {label}, IOPS | {f0(x['beside_iops'])} | "
                        f"{f0(x['solo_iops'])} | {fx(x['ratio'])} | {', '.join(f2(p) for p in x['ratio_per_pair'])} | "
-                       f"{fsp(x['spread'])} | ≥ 0.8× | {st} |")
+                       f"{fsp(x['spread'])} | {'≥ 0.8×' if v != '3d' else '—'} | {st} |")
         fio_cmd = ((x["runs"]["beside"] or [{}])[0].get("reader") or {}).get("fio_command", "")
         detail += [f"### ({v}) {label}: {size >> 20} MiB at {off >> 20} MiB", "", f"fio (beside): `{fio_cmd}`", "",
                    "| repeat | run | reader IOPS | p50/p99 ms | reader hits % | writers IOPS | dirty at reader start → end MiB | "
