@@ -267,23 +267,31 @@ Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
 // ---------------------------------------------------------------------------
 // Dirty accounting
 
+namespace {
+// map[key] += len (sign > 0) or -= len, floored at 0; a zero entry is erased.
+template <typename Map, typename Key>
+void AddBytes(Map& map, const Key& key, uint64_t len, int64_t sign) {
+  uint64_t& v = map[key];
+  v = sign > 0 ? v + len : (v > len ? v - len : 0);
+  if (v == 0) map.erase(key);
+}
+}  // namespace
+
 void ExtentIndex::AccountLocked(Shard* sh, const std::vector<Extent>& removed, const Extent* added) {
-  auto count = [&](const Extent& e, int64_t sign) {
-    auto add = [&](auto& map, const auto& key) {
-      uint64_t& v = map[key];
-      v = sign > 0 ? v + e.len : (v > e.len ? v - e.len : 0);
-      if (v == 0) map.erase(key);
-    };
-    add(sh->dirty_stripes, std::make_pair(e.dev, e.start / stripe_));
-    add(sh->dirty_devs, e.dev);
+  // No lambdas here: clang's thread-safety analysis checks a lambda's body
+  // as a function of its own, without sh->mu held.
+  const size_t n = removed.size() + (added && added->dirty ? 1 : 0);
+  for (size_t i = 0; i < n; i++) {
+    const Extent& e = i < removed.size() ? removed[i] : *added;
+    int64_t sign = i < removed.size() ? -1 : 1;
+    AddBytes(sh->dirty_stripes, std::make_pair(e.dev, e.start / stripe_), e.len, sign);
+    AddBytes(sh->dirty_devs, e.dev, e.len, sign);
     if (bucket_bytes_) {
       uint64_t b = e.cache_offset / bucket_bytes_;
-      add(sh->dirty_buckets, b);
+      AddBytes(sh->dirty_buckets, b, e.len, sign);
       if (on_dirty_) on_dirty_(b, sign * static_cast<int64_t>(e.len));
     }
-  };
-  for (const Extent& e : removed) count(e, -1);
-  if (added && added->dirty) count(*added, 1);
+  }
 }
 
 // Shard's dirty state: u32 nstripes, u32 nbuckets, nstripes x {u32 dev,
