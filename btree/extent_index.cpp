@@ -139,6 +139,7 @@ ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, co
       set_id_(o.set_id),
       bucket_bytes_(o.bucket_bytes),
       on_dirty_(o.on_dirty),
+      check_data_(o.check_data),
       cache_bytes_(o.cache_bytes),
       chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]) {
   for (size_t i = 0; i < kChunkSlots; i++) chunk_seq_[i].store(0, std::memory_order_relaxed);
@@ -197,7 +198,8 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
   // trim: their ops are already in the tree. The first entry that fails to
   // decode, or breaks the sequence, is the torn tail of a crash: stop there.
   std::vector<uint8_t> all;
-  UB_RETURN_IF_ERROR(store->ReadJournal(&all));
+  size_t unconfirmed = 0;
+  UB_RETURN_IF_ERROR(store->ReadJournal(&all, &unconfirmed));
   size_t pos = 0;
   uint64_t last = root.journal_seq;
   std::vector<JournalOp> ops;
@@ -217,6 +219,14 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
     }
     if (seq != last + 1) {
       UB_WARN("extent index: journal replay ends at byte {}: seq {} after {}", pos, seq, last);
+      break;
+    }
+    // Soft-committed and not known to be flushed: a power cut may have kept
+    // this entry and lost data it points at (see Commit).
+    if (pos >= unconfirmed && !idx->ConfirmOps(&ops)) {
+      UB_WARN("extent index: journal replay ends at byte {} (entry {}): its data did not all "
+              "reach the cache device before the crash",
+              pos, seq);
       break;
     }
     for (const JournalOp& op : ops) UB_RETURN_IF_ERROR(idx->ApplyJournalOp(op));
@@ -239,6 +249,23 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
     UB_RETURN_IF_ERROR(sh->error);
   }
   return idx;
+}
+
+bool ExtentIndex::ConfirmOps(std::vector<JournalOp>* ops) const {
+  for (JournalOp& op : *ops) {
+    if (op.type != JournalOp::Type::kInsert) continue;
+    if (op.checked) {
+      if (check_data_ && !check_data_(op.extent, op.data_hash)) return false;
+    } else if (op.extent.dirty) {
+      return false;  // nothing to tell whether its data is there
+    } else {
+      // A clean piece: the backing device holds its data, whatever the
+      // cache device does; forget the range rather than trust the copy.
+      op.type = JournalOp::Type::kInvalidate;
+      op.shard = ShardOf(op.extent.dev, op.extent.start);
+    }
+  }
+  return true;
 }
 
 Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
@@ -378,11 +405,12 @@ Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) {
   return ChangeIfSame(e, Change::kClean, nullptr, cleaned);
 }
 
-Status ExtentIndex::MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved) {
+Status ExtentIndex::MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved,
+                               const uint8_t* data) {
   Extent to = e;
   to.cache_offset = new_offset;
   to.gen = new_gen;
-  return ChangeIfSame(e, Change::kMove, &to, moved);
+  return ChangeIfSame(e, Change::kMove, &to, moved, data);
 }
 
 Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty) {
@@ -420,7 +448,8 @@ Status ExtentIndex::RemoveIfSame(const Extent& e) {
   return ChangeIfSame(e, Change::kRemove, nullptr, &n);
 }
 
-Status ExtentIndex::ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed) {
+Status ExtentIndex::ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed,
+                                 const uint8_t* data) {
   *changed = 0;
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
   if (e.start / stripe_ != (e.end() - 1) / stripe_)
@@ -449,7 +478,9 @@ Status ExtentIndex::ChangeIfSame(const Extent& e, Change how, const Extent* to, 
     if (!keep) MarkChanged(x.dev, x.start, x.end(), seq_.fetch_add(1) + 1);
     // Journaled as the new piece: replay replaces exactly this range.
     if (st.ok() && keep) {
-      AppendInsertOp(&sh->journal, c);
+      // A moved piece points at data just copied: checked when we have it.
+      uint64_t hash = how == Change::kMove && data ? Hash64(data + (x.start - e.start), x.len) : 0;
+      AppendInsertOp(&sh->journal, c, how == Change::kMove && data ? &hash : nullptr);
     } else {
       AppendInvalidateOp(&sh->journal, id, x.dev, x.start, x.end());
     }
@@ -553,23 +584,33 @@ Status ExtentIndex::Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vect
   return st;
 }
 
-Status ExtentIndex::Insert(const Extent& e) {
+Status ExtentIndex::Insert(const Extent& e, const uint8_t* data) {
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
-  return Mutate(e.dev, e.start, e.end(), &e, nullptr, nullptr, nullptr);
+  return Mutate(e.dev, e.start, e.end(), &e, data, nullptr, nullptr, nullptr);
 }
 
 Status ExtentIndex::Invalidate(uint32_t dev, uint64_t start, uint64_t len, uint64_t* removed_dirty) {
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
-  return Mutate(dev, start, start + len, nullptr, nullptr, nullptr, removed_dirty);
+  return Mutate(dev, start, start + len, nullptr, nullptr, nullptr, nullptr, removed_dirty);
 }
 
 Status ExtentIndex::InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted) {
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
-  return Mutate(e.dev, e.start, e.end(), &e, &since, inserted, nullptr);
+  return Mutate(e.dev, e.start, e.end(), &e, nullptr, &since, inserted, nullptr);
 }
 
 Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
-                           const uint64_t* since, bool* inserted, uint64_t* removed_dirty) {
+                           const uint8_t* data, const uint64_t* since, bool* inserted,
+                           uint64_t* removed_dirty) {
+  // The pieces' data hashes, before any lock is taken.
+  std::vector<uint64_t> hashes;
+  if (insert && data) {
+    for (uint64_t s = start; s < end;) {
+      uint64_t e = std::min(end, (s / stripe_ + 1) * stripe_);
+      hashes.push_back(Hash64(data + (s - start), e - s));
+      s = e;
+    }
+  }
   ShardLocks locks(this, ShardsFor(dev, start, end));
   std::vector<Extent> removed;
   uint64_t removed_bytes = 0;
@@ -585,7 +626,8 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
   Status result;
   if (insert) {
     // One piece per stripe, each into its stripe's shard.
-    for (uint64_t s = start; s < end;) {
+    size_t n = 0;
+    for (uint64_t s = start; s < end; n++) {
       uint64_t e = std::min(end, (s / stripe_ + 1) * stripe_);
       uint32_t id = ShardOf(dev, s);
       Shard* sh = shards_[id].get();
@@ -602,7 +644,7 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
       // range may have lost its old extents, and the caller was told it is
       // not cached.
       if (st.ok()) {
-        AppendInsertOp(&sh->journal, piece);
+        AppendInsertOp(&sh->journal, piece, hashes.empty() ? nullptr : &hashes[n]);
       } else {
         AppendInvalidateOp(&sh->journal, id, dev, s, e);
         if (result.ok()) result = st;
@@ -672,7 +714,7 @@ void ExtentIndex::ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken,
   }
 }
 
-Status ExtentIndex::Commit() {
+Status ExtentIndex::Commit(bool soft) {
   MutexLock c(&commit_mu_);
   size_t n = shards_.size();
   std::vector<std::vector<uint8_t>> taken(n);
@@ -689,7 +731,14 @@ Status ExtentIndex::Commit() {
     sh->journal_ops = 0;
     nops += ops[i];
   }
-  if (nops == 0) return sticky;
+  if (nops == 0) {
+    // Soft entries before this one become durable only with a flush.
+    if (!soft) {
+      Status st = store_->SyncJournal();
+      if (!st.ok()) return st;
+    }
+    return sticky;
+  }
   std::vector<uint8_t> payload;
   for (auto& t : taken) payload.insert(payload.end(), t.begin(), t.end());
   if (payload.size() > UINT32_MAX || nops > UINT32_MAX) {
@@ -698,7 +747,8 @@ Status ExtentIndex::Commit() {
   }
   std::vector<uint8_t> entry =
       EncodeJournalEntry(journal_seq_ + 1, static_cast<uint32_t>(nops), payload, set_id_);
-  Status st = store_->AppendJournal(entry.data(), entry.size());
+  Status st = soft ? store_->AppendJournalSoft(entry.data(), entry.size())
+                   : store_->AppendJournal(entry.data(), entry.size());
   if (!st.ok()) {
     ReturnPendingOps(&taken, &ops);
     return st;

@@ -76,6 +76,10 @@ class ExtentIndex {
     // the shard's lock (so it must not call back into the index).
     uint64_t bucket_bytes = 0;  // 0: no per-bucket accounting
     std::function<void(uint64_t bucket, int64_t delta)> on_dirty;
+    // Open: whether the cache device holds, at piece.cache_offset, the
+    // piece.len bytes whose XXH3-64 is `hash` — asked of each checked insert
+    // in an unconfirmed journal entry (see Commit). Unset: every check holds.
+    std::function<bool(const Extent& piece, uint64_t hash)> check_data;
   };
   // What a checkpoint hands to persist besides the root: node addresses the
   // new root no longer reaches (freed once it is durable), and the dirty
@@ -101,8 +105,10 @@ class ExtentIndex {
   // All extents of dev overlapping [start, start+len), clipped to that range,
   // in order of start. A clipped extent's cache_offset is advanced to match.
   Status Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vector<Extent>* out);
-  // Inserts e, trimming or splitting whatever it overlaps.
-  Status Insert(const Extent& e);
+  // Inserts e, trimming or splitting whatever it overlaps. With `data` (e.len
+  // bytes, what e's cache location holds), the insert is journaled checked:
+  // each piece carries the hash of its data, so it may be committed soft.
+  Status Insert(const Extent& e, const uint8_t* data = nullptr);
   // Removes [start, start+len) of dev, splitting extents at the edges.
   // *removed_dirty (if given) = the dirty bytes it removed.
   Status Invalidate(uint32_t dev, uint64_t start, uint64_t len, uint64_t* removed_dirty = nullptr);
@@ -120,7 +126,9 @@ class ExtentIndex {
   // Moving GC: the data of `e` was copied to new_offset (a bucket of gen
   // new_gen); points the parts still mapping to e's data there, dirty or
   // not as they were. *moved = bytes.
-  Status MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved);
+  // With `data` (e.len bytes, the copy), the moves are journaled checked.
+  Status MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved,
+                    const uint8_t* data = nullptr);
   // GC: removes exactly the parts of e's range that still map to e's data
   // (a stale pointer), never an extent inserted there since.
   Status RemoveIfSame(const Extent& e);
@@ -142,7 +150,18 @@ class ExtentIndex {
 
   // Makes every Insert/Invalidate that returned before this call durable:
   // one journal append for all of them (concurrent callers batch).
-  Status Commit();
+  //
+  // With `soft`, the append is NodeStore::AppendJournalSoft: the ops survive
+  // a crash of the process at once, and a power cut only from the next hard
+  // Commit (which syncs the store even with no ops of its own). An entry a
+  // power cut may have kept without the data it points at is unconfirmed;
+  // Open replays it only if every checked insert's data hash holds, and
+  // replays its unchecked clean inserts as invalidations (the backing device
+  // holds that data). An unconfirmed entry with an unchecked dirty insert
+  // ends replay. So ops that point at newly written cache data may be
+  // committed soft only if they were inserted with their data (checked), or
+  // are clean — which is every op this index makes.
+  Status Commit(bool soft = false);
   // Writes dirty nodes and returns the root to store in the superblock.
   // With `persist`, it is called with the root before the journal is trimmed,
   // and superseded nodes are freed only after it succeeds: crash-safe at
@@ -185,7 +204,7 @@ class ExtentIndex {
   ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, const Options& o);
   uint32_t ShardOf(uint32_t dev, uint64_t offset) const;
   std::vector<uint32_t> ShardsFor(uint32_t dev, uint64_t start, uint64_t end) const;
-  Status Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
+  Status Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert, const uint8_t* data,
                 const uint64_t* since, bool* inserted, uint64_t* removed_dirty);
   bool ChangedSince(uint32_t dev, uint64_t start, uint64_t end, uint64_t since) const;
   void MarkChanged(uint32_t dev, uint64_t start, uint64_t end, uint64_t seq);
@@ -196,9 +215,13 @@ class ExtentIndex {
   void EncodeDirtyLocked(Shard* sh, std::vector<uint8_t>* out) REQUIRES(sh->mu);
   Status DecodeDirty(const std::vector<uint8_t>& blob);
   enum class Change { kClean, kRemove, kMove };
+  // An unconfirmed entry's ops as replay may apply them: false when they
+  // cannot be (a data check fails), see Commit.
+  bool ConfirmOps(std::vector<JournalOp>* ops) const;
   // The parts of e's range that still map to e's data: marked clean,
   // removed, or moved to *to's location (dirty flag kept).
-  Status ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed);
+  Status ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed,
+                      const uint8_t* data = nullptr);
   void EvictLocked(Shard* sh) REQUIRES(sh->mu);
   uint64_t ShardBudget() const;
   void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);
@@ -208,6 +231,7 @@ class ExtentIndex {
   const uint64_t set_id_;
   const uint64_t bucket_bytes_;
   const std::function<void(uint64_t, int64_t)> on_dirty_;
+  const std::function<bool(const Extent&, uint64_t)> check_data_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> cache_bytes_;
   std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged

@@ -5,16 +5,17 @@
 
 namespace ubcache {
 
-void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e) {
-  uint8_t b[kJournalInsertOpSize];
+void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e, const uint64_t* data_hash) {
+  uint8_t b[kJournalCheckedInsertOpSize];
   b[0] = static_cast<uint8_t>(JournalOp::Type::kInsert);
   StoreLE32(b + 1, e.dev);
   StoreLE64(b + 5, e.start + e.len);
   StoreLE32(b + 13, static_cast<uint32_t>(e.len));
   StoreLE64(b + 17, e.cache_offset);
   b[25] = e.gen;
-  b[26] = e.dirty ? 1 : 0;
-  payload->insert(payload->end(), b, b + sizeof(b));
+  b[26] = (e.dirty ? 1 : 0) | (data_hash ? 2 : 0);
+  if (data_hash) StoreLE64(b + 27, *data_hash);
+  payload->insert(payload->end(), b, b + (data_hash ? kJournalCheckedInsertOpSize : kJournalInsertOpSize));
 }
 
 void AppendInvalidateOp(std::vector<uint8_t>* payload, uint32_t shard, uint32_t dev,
@@ -78,12 +79,19 @@ Status DecodeJournalEntry(const uint8_t* p, size_t avail, size_t* entry_len, uin
       e.cache_offset = LoadLE64(q + 17);
       e.gen = q[25];
       e.dirty = (q[26] & 1) != 0;
+      op.checked = (q[26] & 2) != 0;
       if (e.len == 0 || e.len % kIndexBlock || ext_end % kIndexBlock || ext_end < e.len ||
-          (q[26] & ~1)) {
+          (q[26] & ~3)) {
         return Status::Corruption("journal: bad extent");
       }
       e.start = ext_end - e.len;
-      q += kJournalInsertOpSize;
+      if (op.checked) {
+        if (end - q < (ptrdiff_t)kJournalCheckedInsertOpSize) return Status::Corruption("journal: bad op");
+        op.data_hash = LoadLE64(q + 27);
+        q += kJournalCheckedInsertOpSize;
+      } else {
+        q += kJournalInsertOpSize;
+      }
     } else if (op.type == JournalOp::Type::kInvalidate &&
                end - q >= (ptrdiff_t)kJournalInvalidateOpSize) {
       op.shard = LoadLE16(q + 1);

@@ -15,10 +15,14 @@
 //     32  u64 set_id       the cache set: entries of an earlier format end replay
 //   payload := op{nops}
 //   op      := u8 1 (insert)     u32 dev, u64 end, u32 len, u64 cache_offset, u8 gen, u8 flags
+//                                [u64 data_hash, when flags bit 1 is set]
 //            | u8 2 (invalidate) u16 shard, u32 dev, u64 start, u64 end
 //
 // An insert op is one stripe-sized piece (it names its shard implicitly); an
-// invalidate op names the shard whose tree it applies to.
+// invalidate op names the shard whose tree it applies to. Insert flags: bit 0
+// dirty, bit 1 checked — the op carries the XXH3-64 of the piece's data, so
+// that replay of an entry that may have reached the media before its data
+// (a soft commit, see ExtentIndex::Commit) can tell whether the data did.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +38,7 @@ inline constexpr uint32_t kJournalMagic = 0x454a4255;  // "UBJE"
 inline constexpr uint16_t kJournalVersion = 1;
 inline constexpr size_t kJournalHeaderSize = 40;
 inline constexpr size_t kJournalInsertOpSize = 27;
+inline constexpr size_t kJournalCheckedInsertOpSize = 35;
 inline constexpr size_t kJournalInvalidateOpSize = 23;
 
 struct JournalOp {
@@ -41,10 +46,14 @@ struct JournalOp {
   Type type = Type::kInsert;
   uint32_t shard = 0;  // kInvalidate only
   Extent extent;       // kInsert: the piece; kInvalidate: dev, start, len
+  bool checked = false;    // kInsert: data_hash is the piece's data
+  uint64_t data_hash = 0;  //   (XXH3-64 of its extent.len bytes)
 };
 
-// Append one encoded op to a pending payload.
-void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e);
+// Append one encoded op to a pending payload; with `data_hash`, a checked
+// insert.
+void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e,
+                    const uint64_t* data_hash = nullptr);
 void AppendInvalidateOp(std::vector<uint8_t>* payload, uint32_t shard, uint32_t dev,
                         uint64_t start, uint64_t end);
 

@@ -1,5 +1,6 @@
 #include "btree/mem_node_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -54,6 +55,20 @@ Status MemNodeStore::AppendJournal(const uint8_t* data, size_t len) {
   MutexLock l(&mu_);
   if (fail_writes_) return Status::IoError("mem node store: injected journal error");
   journal_.insert(journal_.end(), data, data + len);
+  confirmed_ = journal_.size();  // a hard append flushes what is before it
+  return Status::OK();
+}
+
+Status MemNodeStore::AppendJournalSoft(const uint8_t* data, size_t len) {
+  MutexLock l(&mu_);
+  if (fail_writes_) return Status::IoError("mem node store: injected journal error");
+  journal_.insert(journal_.end(), data, data + len);
+  return Status::OK();
+}
+
+Status MemNodeStore::SyncJournal() {
+  MutexLock l(&mu_);
+  confirmed_ = journal_.size();
   return Status::OK();
 }
 
@@ -64,15 +79,24 @@ Status MemNodeStore::ReadJournal(std::vector<uint8_t>* all) {
   return Status::OK();
 }
 
+Status MemNodeStore::ReadJournal(std::vector<uint8_t>* all, size_t* unconfirmed) {
+  UB_RETURN_IF_ERROR(ReadJournal(all));
+  MutexLock l(&mu_);
+  *unconfirmed = std::min(confirmed_, all->size());
+  return Status::OK();
+}
+
 Status MemNodeStore::TrimJournal() {
   MutexLock l(&mu_);
   journal_.clear();
+  confirmed_ = 0;
   return Status::OK();
 }
 
 Status MemNodeStore::DiscardJournalTail(size_t valid_bytes) {
   MutexLock l(&mu_);
   if (valid_bytes < journal_.size()) journal_.resize(valid_bytes);
+  confirmed_ = std::min(confirmed_, journal_.size());
   return Status::OK();
 }
 
@@ -95,11 +119,13 @@ void MemNodeStore::FlipNodeByte(uint64_t addr, size_t offset) {
 void MemNodeStore::AppendJournalGarbage(const std::vector<uint8_t>& bytes) {
   MutexLock l(&mu_);
   journal_.insert(journal_.end(), bytes.begin(), bytes.end());
+  confirmed_ = journal_.size();  // as a (torn) hard append leaves it
 }
 
 void MemNodeStore::TruncateJournal(size_t len) {
   MutexLock l(&mu_);
   if (len < journal_.size()) journal_.resize(len);
+  confirmed_ = std::min(confirmed_, journal_.size());
 }
 
 void MemNodeStore::set_fail_reads(bool fail) {

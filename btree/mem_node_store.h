@@ -24,7 +24,12 @@ class MemNodeStore final : public NodeStore {
   Status WriteNode(uint64_t addr, const uint8_t* data) override;
   Status ReadNode(uint64_t addr, uint8_t* data) override;
   Status AppendJournal(const uint8_t* data, size_t len) override;
+  // Soft appends are kept like any other; until SyncJournal (or a hard
+  // append) ReadJournal reports them unconfirmed.
+  Status AppendJournalSoft(const uint8_t* data, size_t len) override;
+  Status SyncJournal() override;
   Status ReadJournal(std::vector<uint8_t>* all) override;
+  Status ReadJournal(std::vector<uint8_t>* all, size_t* unconfirmed) override;
   Status TrimJournal() override;
   Status DiscardJournalTail(size_t valid_bytes) override;
 
@@ -32,7 +37,7 @@ class MemNodeStore final : public NodeStore {
   size_t allocated_nodes() const;   // allocated and not freed
   size_t journal_size() const;
   void FlipNodeByte(uint64_t addr, size_t offset);  // corrupt a stored node
-  void AppendJournalGarbage(const std::vector<uint8_t>& bytes);  // a torn append
+  void AppendJournalGarbage(const std::vector<uint8_t>& bytes);  // a torn (hard) append
   void TruncateJournal(size_t len);
   void set_fail_reads(bool fail);
   void set_fail_writes(bool fail);
@@ -45,6 +50,7 @@ class MemNodeStore final : public NodeStore {
   std::vector<uint64_t> free_ GUARDED_BY(mu_);
   uint64_t next_addr_ GUARDED_BY(mu_) = 0;
   std::vector<uint8_t> journal_ GUARDED_BY(mu_);
+  size_t confirmed_ GUARDED_BY(mu_) = 0;  // journal_ bytes before the first unsynced soft append
   bool fail_reads_ GUARDED_BY(mu_) = false;
   bool fail_writes_ GUARDED_BY(mu_) = false;
 };

@@ -14,6 +14,10 @@
 //    once. (A store may defer reuse further; it never needs to.)
 //  - AppendJournal is durable on return and appends exactly `len` bytes right
 //    after the previous append; ReadJournal returns those bytes back to back.
+//  - AppendJournalSoft appends the same way but need only survive a crash of
+//    the process: a power cut may lose it, or keep it and lose cache data
+//    written before it. SyncJournal makes every soft append durable. A
+//    store without the distinction makes soft appends durable.
 //  - After a crash, the store's idea of which addresses are allocated may
 //    include nodes nobody references any more (written after the last
 //    checkpoint); a real store rebuilds its free map from the roots (GC).
@@ -37,8 +41,18 @@ class NodeStore {
   virtual Status WriteNode(uint64_t addr, const uint8_t* data) = 0;
   virtual Status ReadNode(uint64_t addr, uint8_t* data) = 0;
   virtual Status AppendJournal(const uint8_t* data, size_t len) = 0;
+  virtual Status AppendJournalSoft(const uint8_t* data, size_t len) { return AppendJournal(data, len); }
+  virtual Status SyncJournal() { return Status::OK(); }
   // Everything appended since the last TrimJournal (or DiscardJournalTail).
   virtual Status ReadJournal(std::vector<uint8_t>* all) = 0;
+  // The same; *unconfirmed = where the bytes begin that a power cut may have
+  // kept without the cache data they point at (soft appends not known to be
+  // flushed), all->size() when there are none.
+  virtual Status ReadJournal(std::vector<uint8_t>* all, size_t* unconfirmed) {
+    UB_RETURN_IF_ERROR(ReadJournal(all));
+    *unconfirmed = all->size();
+    return Status::OK();
+  }
   // Drops the whole journal: called after a checkpoint's root is durable.
   virtual Status TrimJournal() = 0;
   // Open() found only the first `valid_bytes` of ReadJournal's bytes to be

@@ -223,12 +223,34 @@ Status BucketNodeStore::AppendJournal(const uint8_t* data, size_t len) {
   return Status::OK();
 }
 
+Status BucketNodeStore::AppendJournalSoft(const uint8_t* data, size_t len) {
+  UB_RETURN_IF_ERROR(journal_.Append(Journal::Kind::kIndex, data, len, true));
+  counters_.journal_appends++;
+  return Status::OK();
+}
+
 Status BucketNodeStore::ReadJournal(std::vector<uint8_t>* all) {
+  size_t unconfirmed = 0;
+  return ReadJournal(all, &unconfirmed);
+}
+
+Status BucketNodeStore::ReadJournal(std::vector<uint8_t>* all, size_t* unconfirmed) {
   std::vector<Journal::Record> recs;
   UB_RETURN_IF_ERROR(journal_.Read(&recs));
   all->clear();
-  for (const Journal::Record& r : recs)
-    if (r.kind == Journal::Kind::kIndex) all->insert(all->end(), r.payload.begin(), r.payload.end());
+  // A hard record's PREFLUSH made every record before it durable, with the
+  // data they point at: only soft records after the last hard one are
+  // unconfirmed.
+  size_t last_hard = 0;
+  for (size_t i = 0; i < recs.size(); i++)
+    if (!recs[i].soft) last_hard = i + 1;
+  *unconfirmed = SIZE_MAX;
+  for (size_t i = 0; i < recs.size(); i++) {
+    if (i == last_hard) *unconfirmed = all->size();
+    if (recs[i].kind == Journal::Kind::kIndex)
+      all->insert(all->end(), recs[i].payload.begin(), recs[i].payload.end());
+  }
+  if (*unconfirmed == SIZE_MAX) *unconfirmed = all->size();
   return Status::OK();
 }
 

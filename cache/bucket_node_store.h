@@ -69,7 +69,10 @@ class BucketNodeStore final : public NodeStore {
   Status WriteNode(uint64_t addr, const uint8_t* data) override;
   Status ReadNode(uint64_t addr, uint8_t* data) override;
   Status AppendJournal(const uint8_t* data, size_t len) override;
+  Status AppendJournalSoft(const uint8_t* data, size_t len) override;
+  Status SyncJournal() override { return journal_.Sync(); }
   Status ReadJournal(std::vector<uint8_t>* all) override;
+  Status ReadJournal(std::vector<uint8_t>* all, size_t* unconfirmed) override;
   Status TrimJournal() override;
   Status DiscardJournalTail(size_t valid_bytes) override;
 

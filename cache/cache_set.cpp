@@ -122,6 +122,12 @@ ExtentIndex::Options CacheSet::IndexOptions() {
     }
     buckets_->AddDirty(static_cast<uint32_t>(bucket), delta);
   };
+  // Replay of an unconfirmed (soft) journal entry: is the data there?
+  io.check_data = [this](const Extent& e, uint64_t hash) {
+    AlignedBuffer buf(e.len);
+    Status st = SyncRead(*cache_dev_, e.cache_offset, e.len, buf.data());
+    return st.ok() && Hash64(buf.data(), e.len) == hash;
+  };
   return io;
 }
 
@@ -363,14 +369,14 @@ Status CacheSet::CheckpointLocked(bool clean) {
   return root.status();
 }
 
-void CacheSet::CommitAsync(IoDone done) {
+void CacheSet::CommitAsync(IoDone done, bool soft) {
   if (!persistent_) {
     Reactor::Current()->DeferDone(std::move(done), Status::OK());
     return;
   }
   {
     std::lock_guard<std::mutex> l(jmu_);
-    waiters_.push_back({std::move(done), Reactor::Current()});
+    waiters_.push_back({std::move(done), Reactor::Current(), soft});
   }
   jcv_.notify_all();
 }
@@ -399,16 +405,26 @@ unsigned CacheSet::in_use_percent() const {
 }
 
 void CacheSet::JournalLoop() {
+  using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> l(jmu_);
+  auto hard_due = Clock::now();
   while (!jstop_) {
     auto delay = std::chrono::milliseconds(std::max<uint32_t>(1, knobs_.journal_delay_ms.load()));
-    jcv_.wait_for(l, delay, [this] { return jstop_ || !waiters_.empty(); });
+    hard_due = std::min(hard_due, Clock::now() + delay);  // the knob may have shrunk
+    jcv_.wait_until(l, hard_due, [this] { return jstop_ || !waiters_.empty(); });
     // Group commit: everyone waiting now is covered by one append, since
     // their changes were made before they asked.
     std::vector<CommitWaiter> batch;
     batch.swap(waiters_);
     l.unlock();
-    Status st = Durably([this] { return index_->Commit(); });
+    // Hard when someone needs durability (FLUSH, FUA, the writeback thread)
+    // or journal_delay_ms has passed since the last hard commit; soft when
+    // only writeback writes wait, to be acknowledged. A hard commit with no
+    // new ops still flushes the soft entries before it (ExtentIndex::Commit).
+    bool hard = Clock::now() >= hard_due;
+    for (const CommitWaiter& w : batch) hard = hard || !w.soft;
+    Status st = hard ? Durably([this] { return index_->Commit(); }) : index_->Commit(true);
+    if (hard) hard_due = Clock::now() + delay;
     if (st.code() == Status::Code::kNoSpace ||
         (st.ok() && disk_store_->journal_used() > disk_store_->journal_capacity() / 2)) {
       // A checkpoint also makes every change before it durable.
@@ -565,7 +581,8 @@ Status CacheSet::MovingGc(std::vector<uint32_t>& live, bool force) {
     st = SyncWrite(*cache_dev_, space->cache_offset, e.len, buf.data());
     if (st.ok()) {
       uint64_t n = 0;
-      st = index_->MoveIfSame(e, space->cache_offset, space->gen, &n);
+      // Checked: a soft commit may carry the move (see ExtentIndex::Commit).
+      st = index_->MoveIfSame(e, space->cache_offset, space->gen, &n, buf.data());
       moved += n ? 1 : 0;
       bytes += n;
     } else {

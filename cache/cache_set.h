@@ -90,7 +90,13 @@ class CacheSet {
   // Makes every index change made before the call durable (group commit on
   // the journal thread); `done` runs on the calling reactor. At once for a
   // Create()d set, which has nothing durable.
-  void CommitAsync(IoDone done);
+  //
+  // With `soft`, only written (ExtentIndex::Commit's soft entry): done runs
+  // once the changes would survive a crash of this process, and they are
+  // durable within journal_delay_ms (or at the next hard commit). For a
+  // writeback write's dirty insert, made checked, so that a power cut that
+  // kept the entry and lost the data is seen at replay.
+  void CommitAsync(IoDone done, bool soft = false);
   // The same, synchronously (any thread that is not a serving reactor).
   Status Commit();
   // Writes a checkpoint (see above); serve calls it once the backing devices
@@ -197,6 +203,7 @@ class CacheSet {
   struct CommitWaiter {
     IoDone done;
     Reactor* reactor;
+    bool soft;
   };
   std::mutex jmu_;
   std::condition_variable jcv_;

@@ -531,10 +531,11 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty)
     if (--op->pending > 0) return;
     Status result;
     if (op->ok) {
-      // The data is on the cache device: insert it dirty. It is durable
-      // with the next commit (FLUSH, FUA, or journal_delay_ms).
+      // The data is on the cache device: insert it dirty, checked (with its
+      // data's hash), so that the soft commit below may carry it.
       for (const Extent& e : op->extents) {
-        Status ist = set_->index().Insert(e);
+        const uint8_t* data = static_cast<const uint8_t*>(op->req.buf) + (e.start - op->req.offset);
+        Status ist = set_->index().Insert(e, data);
         if (!ist.ok() && result.ok()) result = ist;
       }
     } else {
@@ -557,8 +558,12 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty)
       WriteThrough(req, std::move(d), !has_dirty, has_dirty);
       return;
     }
-    // FUA: its data and the journal entry that finds it are durable first.
-    Finish(std::move(d), Status::OK(), fua);
+    // Acknowledged once its journal entry is written: FUA, durably (its data
+    // and the entry that finds it); otherwise soft — the entry survives a
+    // crash of the daemon at once (so kill -9, or a ublk recovery, never
+    // reverts an acknowledged write) and a power cut from the next hard
+    // commit, within journal_delay_ms or at the next FLUSH.
+    set_->CommitAsync(std::move(d), !fua);
   };
   for (const Extent& e : op->extents) {
     op->pending++;

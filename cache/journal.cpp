@@ -17,11 +17,13 @@ constexpr uint16_t kRecordVersion = 1;
 constexpr size_t kRecordHeader = 64;
 constexpr uint16_t kMaxKind = static_cast<uint16_t>(Journal::Kind::kTable);
 
+constexpr uint32_t kRecordSoft = 1;  // flags: written without PREFLUSH | FUA
+
 struct RecordHeader {
   uint64_t csum;
   uint16_t kind;
   uint64_t set_id, nonce, index, prev_csum;
-  uint32_t payload_len, blocks;
+  uint32_t payload_len, blocks, flags;
 };
 
 bool ParseHeader(const uint8_t* p, RecordHeader* h) {
@@ -34,7 +36,8 @@ bool ParseHeader(const uint8_t* p, RecordHeader* h) {
   h->prev_csum = LoadLE64(p + 40);
   h->payload_len = LoadLE32(p + 48);
   h->blocks = LoadLE32(p + 52);
-  return true;
+  h->flags = LoadLE32(p + 56);
+  return (h->flags & ~kRecordSoft) == 0 && LoadLE32(p + 60) == 0;
 }
 
 uint64_t BlocksFor(uint64_t payload_len, uint32_t block) {
@@ -44,7 +47,8 @@ uint64_t BlocksFor(uint64_t payload_len, uint32_t block) {
 }  // namespace
 
 Status Journal::WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t prev_csum,
-                            const uint8_t* payload, size_t len, uint64_t* csum, uint64_t* blocks) {
+                            const uint8_t* payload, size_t len, bool soft, uint64_t* csum,
+                            uint64_t* blocks) {
   *blocks = BlocksFor(len, o_.block_size);
   uint64_t bytes = *blocks * o_.block_size;
   if (len > UINT32_MAX || pos + bytes > o_.bytes)
@@ -62,13 +66,31 @@ Status Journal::WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t pr
   StoreLE64(p + 40, prev_csum);
   StoreLE32(p + 48, static_cast<uint32_t>(len));
   StoreLE32(p + 52, static_cast<uint32_t>(*blocks));
+  StoreLE32(p + 56, soft ? kRecordSoft : 0);
   if (len) std::memcpy(p + kRecordHeader, payload, len);
   *csum = Hash64(p + 8, kRecordHeader - 8 + len);
   StoreLE64(p, *csum);
+  if (soft) {
+    // Only as far as the device: durable at the next flush (a later hard
+    // record's PREFLUSH, or Sync).
+    UB_RETURN_IF_ERROR(io_({IoOp::kWrite, 0, o_.offset + pos, bytes, p}));
+    unflushed_ = true;
+    return Status::OK();
+  }
   // PREFLUSH: cached data that completed before this call is on media
-  // before the record that finds it. FUA: the record is, on return.
+  // before the record that finds it (and so is every soft record before
+  // this one). FUA: the record is, on return.
   UB_RETURN_IF_ERROR(io_({IoOp::kFlush, 0, 0, 0, nullptr}));
+  unflushed_ = false;
   return io_({IoOp::kWrite, kIoFua, o_.offset + pos, bytes, p});
+}
+
+Status Journal::Sync() {
+  MutexLock l(&mu_);
+  if (!unflushed_) return Status::OK();
+  UB_RETURN_IF_ERROR(io_({IoOp::kFlush, 0, 0, 0, nullptr}));
+  unflushed_ = false;
+  return Status::OK();
 }
 
 Status Journal::Reset(const std::vector<Record>& carry) {
@@ -101,12 +123,13 @@ Status Journal::ResetLocked(const std::vector<Record>& carry) {
   nonce_ = nonce;
   uint64_t csum = 0, blocks = 0;
   open_ = false;
-  UB_RETURN_IF_ERROR(WriteRecord(0, Kind::kStart, 0, 0, nullptr, 0, &csum, &blocks));
+  UB_RETURN_IF_ERROR(WriteRecord(0, Kind::kStart, 0, 0, nullptr, 0, false, &csum, &blocks));
   tail_ = blocks * o_.block_size;
   start_csum_ = csum;
   placed_.clear();
   open_ = true;
-  for (const Record& r : carry) UB_RETURN_IF_ERROR(AppendLocked(r.kind, r.payload.data(), r.payload.size()));
+  for (const Record& r : carry)
+    UB_RETURN_IF_ERROR(AppendLocked(r.kind, r.payload.data(), r.payload.size(), false));
   return Status::OK();
 }
 
@@ -141,7 +164,8 @@ Status Journal::Scan(std::vector<Record>* out) {
       if (out)
         out->push_back({static_cast<Kind>(h.kind),
                         std::vector<uint8_t>(rec.data() + kRecordHeader,
-                                             rec.data() + kRecordHeader + h.payload_len)});
+                                             rec.data() + kRecordHeader + h.payload_len),
+                        (h.flags & kRecordSoft) != 0});
     } else {
       start_csum_ = h.csum;
     }
@@ -153,6 +177,7 @@ Status Journal::Scan(std::vector<Record>* out) {
   if (!started) return Status::NotFound("no journal start record");
   tail_ = pos;
   open_ = true;
+  unflushed_ = true;  // what was read may still be only in the device's cache
   return Status::OK();
 }
 
@@ -161,19 +186,20 @@ Status Journal::Open() {
   return Scan(nullptr);
 }
 
-Status Journal::AppendLocked(Kind kind, const uint8_t* data, size_t len) {
+Status Journal::AppendLocked(Kind kind, const uint8_t* data, size_t len, bool soft) {
   if (!open_) return Status::InvalidArgument("cache journal: not open");
   uint64_t prev = placed_.empty() ? start_csum_ : placed_.back().csum;
   uint64_t csum = 0, blocks = 0;
-  UB_RETURN_IF_ERROR(WriteRecord(tail_, kind, placed_.size() + 1, prev, data, len, &csum, &blocks));
+  UB_RETURN_IF_ERROR(
+      WriteRecord(tail_, kind, placed_.size() + 1, prev, data, len, soft, &csum, &blocks));
   placed_.push_back({tail_, blocks, csum});
   tail_ += blocks * o_.block_size;
   return Status::OK();
 }
 
-Status Journal::Append(Kind kind, const uint8_t* data, size_t len) {
+Status Journal::Append(Kind kind, const uint8_t* data, size_t len, bool soft) {
   MutexLock l(&mu_);
-  return AppendLocked(kind, data, len);
+  return AppendLocked(kind, data, len, soft);
 }
 
 Status Journal::Read(std::vector<Record>* out) {
@@ -209,7 +235,7 @@ Status Journal::Truncate(size_t keep, const std::vector<uint8_t>* partial) {
   }
   // The replacement takes the dropped record's index with a different csum,
   // so records after it never chain onto it.
-  return AppendLocked(all[keep].kind, partial->data(), partial->size());
+  return AppendLocked(all[keep].kind, partial->data(), partial->size(), false);
 }
 
 uint64_t Journal::used() const {

@@ -23,6 +23,14 @@
 // is therefore on media before the record that may point at it, and the
 // record is on media when Append returns.
 //
+// A soft append writes its record with neither: on return the device has
+// it, so it survives a crash of this process, but a power cut may lose it
+// or keep it while losing data it points at, until the next flush — a hard
+// Append's PREFLUSH, or Sync. Read marks the records written soft; those
+// after the last hard record are the ones a power cut may have left without
+// their data (the index's checked inserts let replay tell, see
+// btree/journal_format.h).
+//
 // Thread safety: every method, from any thread; one mutex serialises them.
 // The I/O is synchronous, through the function given at construction
 // (BucketNodeStore's own I/O thread).
@@ -50,6 +58,7 @@ class Journal {
   struct Record {
     Kind kind;
     std::vector<uint8_t> payload;
+    bool soft = false;  // written by a soft append
   };
   using IoFn = std::function<Status(const IoRequest&)>;
 
@@ -65,8 +74,11 @@ class Journal {
   Status SwitchTo(uint64_t offset, uint64_t bytes, const std::vector<Record>& carry, bool scan = false)
       EXCLUDES(mu_);
   uint64_t offset() const EXCLUDES(mu_);
-  // Durable on return (see "Ordering" above).
-  Status Append(Kind kind, const uint8_t* data, size_t len) EXCLUDES(mu_);
+  // Durable on return (see "Ordering" above); with `soft`, only written.
+  Status Append(Kind kind, const uint8_t* data, size_t len, bool soft = false) EXCLUDES(mu_);
+  // Flushes the device if a soft append (or a reopen) may have left records
+  // not yet durable: afterwards every record appended so far is.
+  Status Sync() EXCLUDES(mu_);
   // Every valid record since the start record, as on the device now.
   Status Read(std::vector<Record>* out) EXCLUDES(mu_);
   // Keeps the records before `keep` and, if `partial` is given, replaces
@@ -85,10 +97,10 @@ class Journal {
     uint64_t csum;
   };
   Status WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t prev_csum,
-                     const uint8_t* payload, size_t len, uint64_t* csum, uint64_t* blocks)
+                     const uint8_t* payload, size_t len, bool soft, uint64_t* csum, uint64_t* blocks)
       REQUIRES(mu_);
   Status Scan(std::vector<Record>* out) REQUIRES(mu_);
-  Status AppendLocked(Kind kind, const uint8_t* data, size_t len) REQUIRES(mu_);
+  Status AppendLocked(Kind kind, const uint8_t* data, size_t len, bool soft) REQUIRES(mu_);
   Status ResetLocked(const std::vector<Record>& carry) REQUIRES(mu_);
 
   const IoFn io_;
@@ -98,6 +110,7 @@ class Journal {
   uint64_t nonce_ GUARDED_BY(mu_) = 0;
   uint64_t tail_ GUARDED_BY(mu_) = 0;        // journal byte of the next record
   uint64_t start_csum_ GUARDED_BY(mu_) = 0;  // csum of the start record
+  bool unflushed_ GUARDED_BY(mu_) = false;   // a record may not be durable yet
   std::vector<Placed> placed_ GUARDED_BY(mu_);  // records after the start record
 };
 

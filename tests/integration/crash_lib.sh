@@ -51,6 +51,11 @@
 #   CRASH_KILL_MS       "MIN MAX" of the random kill delay, ms ["200 3000"]
 #   CRASH_MODES         kill kinds to draw from ["sleep sleep writeback flush gc commit checkpoint"]
 #   CRASH_RATE          writer requests/s at most [1000] (keeps its CPU modest)
+#   CRASH_ACKED_DURABLE 1: every acknowledged write must read back, flushed or
+#                       not — the rule for a kill -9 with the devices intact
+#                       (crash_writer.py --acked-durable); 0: only writes
+#                       acknowledged before a completed FLUSH, or FUA
+#                       [1 for 120 (kill -9), 0 for 121 (power cuts)]
 #   CRASH_KNOBS         NAME=VALUE pairs set in every cycle where the daemon has
 #                       them (a `serve --NAME` flag, or a writable `ctl` attribute);
 #                       others are skipped and named once ["journal_delay_ms=5"]
@@ -76,6 +81,7 @@ CRASH_KILL_MS=${CRASH_KILL_MS:-200 3000}
 CRASH_MODES=${CRASH_MODES:-sleep sleep writeback flush gc commit checkpoint}
 CRASH_RATE=${CRASH_RATE:-1000}
 CRASH_KNOBS=${CRASH_KNOBS:-journal_delay_ms=5}
+CRASH_ACKED_DURABLE=${CRASH_ACKED_DURABLE:-$((CRASH_POWERCUT ? 0 : 1))}
 CRASH_FAULT=${CRASH_FAULT:-tear_unflushed=1}
 CRASH_SELFTEST=${CRASH_SELFTEST:-1}
 # drop_unflushed keeps and flushes a device's logical blocks (512 bytes on
@@ -184,7 +190,7 @@ crash_setup() {
   for kv in writeback_delay=0 writeback_percent=0 writeback_rate=64M; do
     grep -E "^\| ${kv%%=*} \|" <<<"$list" | grep -vq "| read-only |" && WB_KNOBS+=("$kv")
   done
-  log "seed $CRASH_SEED; cache $CACHE_SPEC; backing $BACKING_SPEC; region $CRASH_REGION_MIB MiB; sector $CRASH_SECTOR;" \
+  log "seed $CRASH_SEED; cache $CACHE_SPEC; backing $BACKING_SPEC; region $CRASH_REGION_MIB MiB; sector $CRASH_SECTOR; acked-durable $CRASH_ACKED_DURABLE;" \
     "serve flags: ${SERVE_FLAGS[*]:-none}; ctl knobs: ${CTL_KNOBS[*]:-none}"
 }
 
@@ -274,7 +280,8 @@ crash_cycle() {
   crash_warm_check "$i"
   local vlog=$WORK/verify.$i.log
   cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
-    $([[ ${CRASH_NARROW:-1} == 0 ]] && echo --no-narrow) >"$vlog" 2>&1 ||
+    $([[ ${CRASH_NARROW:-1} == 0 ]] && echo --no-narrow) \
+    $([[ $CRASH_ACKED_DURABLE == 1 ]] && echo --acked-durable) >"$vlog" 2>&1 ||
     fail "cycle $i ($mode, killed after ${ran} ms): verify failed:
 $(cat "$vlog")
 (writer: $wsum; restart: $start)"
@@ -333,7 +340,7 @@ crash_main() {
     fail "the warm check failed after a clean (warm) restart: $WARM_NOTE"
   WARM_CHECKED=$((WARM_CHECKED - 1))  # the control is not one of the cycles
   cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
-    >"$WORK/verify.final.log" 2>&1 ||
+    $([[ $CRASH_ACKED_DURABLE == 1 ]] && echo --acked-durable) >"$WORK/verify.final.log" 2>&1 ||
     fail "verify after the clean restart failed: $(cat "$WORK/verify.final.log")"
   stop_server
 

@@ -188,7 +188,7 @@ class Write:
         self.durable = False
 
 
-def read_cycles(path, offset):
+def read_cycles(path, offset, acked_durable=False):
     """The cycles in the log from byte `offset` on: a list of lists of Write,
     with end and durability worked out, plus the new offset. Only complete
     lines are read; the log must not be growing (every writer has exited)."""
@@ -210,7 +210,7 @@ def read_cycles(path, offset):
         for w in writes.values():
             if w.end is None:
                 w.end = end_seq
-            w.durable = w.ack is not None and (w.fua or w.ack < done_flush_max)
+            w.durable = w.ack is not None and (acked_durable or w.fua or w.ack < done_flush_max)
         cycles.append(list(writes.values()))
         writes = None
 
@@ -413,7 +413,8 @@ def shorten(ids, n=6):
 
 def load_model(args):
     model = Model.load(args.state, args.first_block, args.blocks)
-    cycles, new_offset, online = read_cycles(args.log, model.log_offset)
+    cycles, new_offset, online = read_cycles(args.log, model.log_offset,
+                                             getattr(args, "acked_durable", False))
     return model, cycles, new_offset, online
 
 
@@ -850,27 +851,27 @@ def selftest(_args):
     import tempfile
     failures = 0
 
-    def case(name, build, want, narrow=True, passes=False, sector=BLOCK):
+    def case(name, build, want, narrow=True, passes=False, sector=BLOCK, acked_durable=False):
         """want: None (must pass) or a phrase the report must contain (with
         violations, unless `passes`)."""
         nonlocal failures
         with tempfile.TemporaryDirectory() as d:
             sim = Sim(os.path.join(d, "log"), 16)
             state = os.path.join(d, "state")
-            build(sim, lambda: verify_now(sim, state, narrow, sector)[0])
+            build(sim, lambda: verify_now(sim, state, narrow, sector, acked_durable)[0])
             sim.log.close()
-            got, report = verify_now(sim, state, narrow, sector)
+            got, report = verify_now(sim, state, narrow, sector, acked_durable)
             ok = got == 0 if want is None else (got == 0 if passes else got > 0) and want in report
             failures += not ok
             print(f"selftest: {'ok  ' if ok else 'FAIL'} {name}: {got} violation(s)")
             if not ok or os.environ.get("CRASH_SELFTEST_VERBOSE"):
                 print(report, end="")
 
-    def verify_now(sim, state, narrow, sector):
+    def verify_now(sim, state, narrow, sector, acked_durable=False):
         if not sim.log.f.closed:
             sim.log.f.flush()
         model = Model.load(state, 0, sim.n)
-        cycles, off, online = read_cycles(sim.path, model.log_offset)
+        cycles, off, online = read_cycles(sim.path, model.log_offset, acked_durable)
         out = io.StringIO()
         _, bad = run_verify(model, cycles, off, online, enumerate(sim.disk), lambda: all_writes(sim.path),
                             narrow=narrow, out=out, sector=sector)
@@ -883,6 +884,15 @@ def selftest(_args):
         s.crash()
     case("a write acked after the last completed FLUSH may be lost", flushed_then_lost_unflushed, None)
     case("... and is counted as lost", flushed_then_lost_unflushed, "; 1 lost their last acked write", passes=True)
+    case("--acked-durable (a crash of the server alone): losing it is a violation", flushed_then_lost_unflushed,
+         "reads zeros, but write", acked_durable=True)
+
+    def unacked_lost_acked_durable(s, _):
+        s.write(0); s.flush()
+        s.write(0, ack=False, land=False)  # in flight at the kill: may be lost, even so
+        s.crash()
+    case("--acked-durable: a write in flight at the kill may still be lost", unacked_lost_acked_durable, None,
+         acked_durable=True)
 
     def durable_lost(s, _):
         s.write(0, land=False)        # acked before the FLUSH's issue, yet missing
@@ -1087,6 +1097,10 @@ def main():
     sp = sub.add_parser("verify"); region(sp)
     sp.add_argument("--state", required=True)
     sp.add_argument("--no-narrow", action="store_true", help="do not treat what a verify read as durable")
+    sp.add_argument("--acked-durable", action="store_true",
+                    help="every acknowledged write is durable, flushed or not: the rule for a crash of "
+                         "the server process alone (kill -9 with the devices intact), where no disk "
+                         "loses what it acknowledged")
     sp.add_argument("--sector", type=int, default=BLOCK, choices=[512, 1024, 2048, BLOCK],
                     help="the devices' atomic write unit: below 4096, a block may mix its allowed "
                          "writes sector by sector (a power cut of a 512-byte-sector device)")

@@ -7,6 +7,9 @@
 #include "btree/mem_node_store.h"
 #include "tests/unit/btree/index_test_support.h"
 #include "util/endian.h"
+#include "util/hash.h"
+
+#include <map>
 
 using namespace ubcache;
 using namespace ubcache::testing;
@@ -214,4 +217,67 @@ TEST_CASE("a failed journal append keeps the ops for the next commit") {
   REQUIRE(f.idx->Commit().ok());
   f.CrashAndReopen();
   CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100), Ext(0, 8, 4, 200)});
+}
+
+TEST_CASE("soft entries: replayed only as far as their data checks hold; their clean inserts are forgotten") {
+  // The cache device's contents as a power cut left them: 4 KiB blocks by
+  // cache offset. check_data hashes what is there.
+  std::map<uint64_t, std::vector<uint8_t>> media;
+  auto block = [](uint8_t v) { return std::vector<uint8_t>(K, v); };
+  ExtentIndex::Options o;
+  o.check_data = [&media](const Extent& e, uint64_t hash) {
+    auto it = media.find(e.cache_offset);
+    return e.len == K && it != media.end() && Hash64(it->second.data(), K) == hash;
+  };
+  MemNodeStore store{1024};
+  auto idx = MustCreate(&store, o);
+  IndexRoot root = idx->Checkpoint().value();
+  auto b1 = block(1), b2 = block(2), b3 = block(3);
+  // Confirmed: a hard commit of an unchecked clean insert.
+  REQUIRE(idx->Insert(Ext(0, 0, 1, 100)).ok());
+  REQUIRE(idx->Commit().ok());
+  // Soft: a checked dirty insert whose data is on the media, and a clean one.
+  media[101 * K] = b1;
+  REQUIRE(idx->Insert(Ext(0, 1, 1, 101, 0, true), b1.data()).ok());
+  REQUIRE(idx->Insert(Ext(0, 2, 1, 102)).ok());
+  REQUIRE(idx->Commit(true).ok());
+  // Soft: a checked dirty insert whose data the cut lost (the media holds b3).
+  media[103 * K] = b3;
+  REQUIRE(idx->Insert(Ext(0, 3, 1, 103, 0, true), b2.data()).ok());
+  REQUIRE(idx->Commit(true).ok());
+  // Soft, after it: a checked insert whose data is there — past the failed
+  // entry, so not replayed either.
+  media[104 * K] = b1;
+  REQUIRE(idx->Insert(Ext(0, 4, 1, 104, 0, true), b1.data()).ok());
+  REQUIRE(idx->Commit(true).ok());
+  size_t before = store.journal_size();
+
+  SECTION("a power cut") {
+    idx.reset();
+    idx = MustOpen(&store, root, o);
+    CHECK(LookupAll(*idx, 0, 0, 1) == V{Ext(0, 0, 1, 100)});           // confirmed: as it was
+    CHECK(LookupAll(*idx, 0, 1, 1) == V{Ext(0, 1, 1, 101, 0, true)});  // its data checks
+    CHECK(LookupAll(*idx, 0, 2, 1).empty());  // clean, unconfirmed: the backing device has it
+    CHECK(LookupAll(*idx, 0, 3, 2).empty());  // the failed check, and everything after it
+    CHECK(store.journal_size() < before);     // dropped, so later appends do not chain on it
+  }
+  SECTION("a hard commit with nothing new confirms the soft entries before it") {
+    REQUIRE(idx->Commit().ok());
+    media[103 * K] = b2;  // (the flush put the data there too)
+    idx.reset();
+    idx = MustOpen(&store, root, o);
+    CHECK(LookupAll(*idx, 0, 2, 1) == V{Ext(0, 2, 1, 102)});  // no longer forgotten
+    CHECK(LookupAll(*idx, 0, 3, 2) == V{Ext(0, 3, 1, 103, 0, true), Ext(0, 4, 1, 104, 0, true)});
+  }
+}
+
+TEST_CASE("a soft entry's unchecked dirty insert ends replay: nothing could tell whether its data is there") {
+  MemNodeStore store{1024};
+  auto idx = MustCreate(&store);
+  IndexRoot root = idx->Checkpoint().value();
+  REQUIRE(idx->Insert(Ext(0, 0, 1, 100, 0, true)).ok());
+  REQUIRE(idx->Commit(true).ok());
+  idx.reset();
+  idx = MustOpen(&store, root);
+  CHECK(LookupAll(*idx, 0, 0, 1).empty());
 }
