@@ -472,7 +472,7 @@ for a in sys.argv[3:]:
     k, v = a.split("=", 1)
     cfg[k] = int(v) if re.fullmatch(r"-?\d+", v) else v
 R = cfg["repeat"]
-sections = set(cfg["sections"].split(","))
+sections = set(str(cfg["sections"]).split(","))
 if "3" in sections:
     sections |= {"3a", "3b", "3c", "3d"}
 bad = 0
