@@ -413,8 +413,10 @@ Status ExtentIndex::MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new
   return ChangeIfSame(e, Change::kMove, &to, moved, data);
 }
 
-Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty) {
+Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty,
+                                    uint64_t* removed_clean) {
   *has_dirty = false;
+  if (removed_clean) *removed_clean = 0;
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
   uint64_t end = start + len;
   ShardLocks locks(this, ShardsFor(dev, start, end));
@@ -436,6 +438,7 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
       st = sh->tree->Replace(dev, x.start, x.end(), nullptr, &removed);
       AppendInvalidateOp(&sh->journal, id, dev, x.start, x.end());
       sh->journal_ops++;
+      if (removed_clean) *removed_clean += x.len;
     }
     if (!st.ok() && result.ok()) result = st;
     EvictLocked(sh);

@@ -122,7 +122,11 @@ class ExtentIndex {
   // nothing stale is read while the write is in flight, and racing fills
   // are refused) but keeps dirty ones — they are the only copy until the
   // write's own insert replaces them in one step. *has_dirty: any kept.
-  Status InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty);
+  // *removed_clean (if given): bytes of clean extents removed — a caller
+  // that then writes the backing device must commit first when it is not
+  // zero (CachedDevice::AfterCommit).
+  Status InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty,
+                         uint64_t* removed_clean = nullptr);
   // Moving GC: the data of `e` was copied to new_offset (a bucket of gen
   // new_gen); points the parts still mapping to e's data there, dirty or
   // not as they were. *moved = bytes.

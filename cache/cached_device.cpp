@@ -428,7 +428,7 @@ void CachedDevice::SetDirtyOk(bool ok) {
   for (Waiter& w : ready) w.reactor->Post(std::move(w.fn));
 }
 
-void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
+void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_before) {
   if (set_->failed()) {
     // The backing device alone; afterwards the range's extents (dirty ones
     // included: the backing device now has newer data) are dropped.
@@ -444,20 +444,39 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done) {
   // commit in between can leave the range with neither the old data nor
   // the new: that would read back the backing device's older copy.
   bool has_dirty = false;
-  Status st = set_->index().InvalidateClean(dev_, req.offset, req.len, &has_dirty);
+  uint64_t dropped = 0;
+  Status st = set_->index().InvalidateClean(dev_, req.offset, req.len, &has_dirty, &dropped);
   if (!st.ok()) {
     CompleteLater(std::move(done), st);
     return;
   }
+  // Clean copies removed (by this pass or an earlier one): if the data goes
+  // to the backing device, their removal is committed first (AfterCommit).
+  bool dropped_clean = dropped_before || dropped > 0;
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
   bool seq_bypass = !attached() || ShouldBypass(req, true);  // once: it feeds the stream detector
   if (attached() && mode == CacheMode::kWriteback && writeback_ &&
-      ShouldWriteback(req, has_dirty, seq_bypass) && WriteBack(req, done, has_dirty))
+      ShouldWriteback(req, has_dirty, seq_bypass) && WriteBack(req, done, has_dirty, dropped_clean))
     return;
   // A write over dirty data is cached even when it goes through (bcache).
   bool bypass = !attached() || (seq_bypass && !has_dirty);
   // In the writeback path WriteBack gave `done` back when it could not take the write.
-  WriteThrough(req, std::move(done), bypass, has_dirty);
+  WriteThrough(req, std::move(done), bypass, has_dirty, dropped_clean);
+}
+
+void CachedDevice::AfterCommit(bool commit, Callback<void()> fn) {
+  if (!commit || !set_->persistent()) {
+    fn();
+    return;
+  }
+  set_->CommitAsync([this, fn = std::move(fn)](Status st) mutable {
+    // Not durable: a power cut before a later commit may still bring the
+    // clean copy back; the write itself goes on (the backing device is the
+    // truth for it, and the cache's error is counted where it happened).
+    if (!st.ok())
+      UB_WARN("{}: journal commit before a backing write failed ({}); writing anyway", spec_, st.ToString());
+    fn();
+  });
 }
 
 void CachedDevice::WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done) {
@@ -483,7 +502,7 @@ struct WriteBackOp {
   std::vector<Extent> extents;
 };
 
-bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty) {
+bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean) {
   // The handshake with Writeback::StateTransitions: counted first, then the
   // state read (both seq_cst), so the thread never marks the backing
   // superblock clean under a write it did not see.
@@ -495,9 +514,10 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty)
     std::lock_guard<std::mutex> l(wb_mu_);
     if (!dirty_ok_.load(std::memory_order_seq_cst)) {
       IoRequest r = req;
-      dirty_waiters_.push_back({0, 0, false, Reactor::Current(), [this, r, d = std::move(done)]() mutable {
+      dirty_waiters_.push_back({0, 0, false, Reactor::Current(),
+                                [this, r, d = std::move(done), dropped_clean]() mutable {
                                   dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
-                                  DoWrite(r, std::move(d));
+                                  DoWrite(r, std::move(d), dropped_clean);
                                 }});
       want_dirty_ = true;
       writeback_->Kick();
@@ -527,7 +547,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty)
                                  .dirty = true});
   }
   op->done = std::move(done);
-  auto finish = [this, op, has_dirty]() {
+  auto finish = [this, op, has_dirty, dropped_clean]() {
     if (--op->pending > 0) return;
     Status result;
     if (op->ok) {
@@ -555,7 +575,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty)
     if (!result.ok()) {
       // The cache could not take it: the backing device still can.
       UB_WARN("{}: writeback write failed ({}); writing through", spec_, result.ToString());
-      WriteThrough(req, std::move(d), !has_dirty, has_dirty);
+      WriteThrough(req, std::move(d), !has_dirty, has_dirty, dropped_clean);
       return;
     }
     // Acknowledged once its journal entry is written: FUA, durably (its data
@@ -588,7 +608,8 @@ struct CachedDevice::WriteOp {
   std::vector<Extent> extents;  // written to the cache, to insert when all is done
 };
 
-void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, bool has_dirty) {
+void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, bool has_dirty,
+                                bool dropped_clean) {
   auto* op = new WriteOp();
   op->req = req;
   op->done = std::move(done);
@@ -662,10 +683,22 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
                       finish();
                     });
   };
+  // A clean copy is only as good as the backing data it mirrors: every
+  // clean copy of the range leaves the journal before the backing device
+  // can hold this data (AfterCommit). Those DoWrite dropped, and those made
+  // while this write waited here — the old dirty copy written back and
+  // marked clean, a racing miss's fill — which go now.
+  auto issue_committed = [this, op, dropped_clean, issue = std::move(issue)]() mutable {
+    bool dirty_left = false;
+    uint64_t again = 0;
+    Status ist = set_->index().InvalidateClean(dev_, op->req.offset, op->req.len, &dirty_left, &again);
+    if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
+    AfterCommit(dropped_clean || again > 0 || !ist.ok(), std::move(issue));
+  };
   if (has_dirty)
-    BeginForeground(req.offset, req.offset + req.len, std::move(issue));
+    BeginForeground(req.offset, req.offset + req.len, std::move(issue_committed));
   else
-    AfterWriteback(req.offset, req.offset + req.len, std::move(issue));
+    AfterWriteback(req.offset, req.offset + req.len, std::move(issue_committed));
   finish();
 }
 
@@ -695,7 +728,8 @@ void CachedDevice::DoFlush(IoDone done) {
 
 void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
   bool has_dirty = false;
-  Status st = set_->index().InvalidateClean(dev_, req.offset, req.len, &has_dirty);
+  uint64_t dropped = 0;
+  Status st = set_->index().InvalidateClean(dev_, req.offset, req.len, &has_dirty, &dropped);
   if (!st.ok()) {
     CompleteLater(std::move(done), st);
     return;
@@ -715,10 +749,19 @@ void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
       DiscardDone(req, has_dirty, std::move(st2), std::move(done));
     });
   };
+  // As for a write (WriteThrough): the range's clean copies leave the
+  // journal before the backing device discards under them.
+  auto issue_committed = [this, req, dropped, issue = std::move(issue)]() mutable {
+    bool dirty_left = false;
+    uint64_t again = 0;
+    Status ist = set_->index().InvalidateClean(dev_, req.offset, req.len, &dirty_left, &again);
+    if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
+    AfterCommit(dropped > 0 || again > 0 || !ist.ok(), std::move(issue));
+  };
   if (has_dirty)
-    BeginForeground(req.offset, req.offset + req.len, std::move(issue));
+    BeginForeground(req.offset, req.offset + req.len, std::move(issue_committed));
   else
-    AfterWriteback(req.offset, req.offset + req.len, std::move(issue));
+    AfterWriteback(req.offset, req.offset + req.len, std::move(issue_committed));
 }
 
 void CachedDevice::DiscardDone(const IoRequest& req, bool has_dirty, Status st2, IoDone done) {

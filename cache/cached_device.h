@@ -96,13 +96,27 @@ class CachedDevice final : public BlockDevice {
   };
   bool ShouldBypass(const IoRequest& req, bool write);
   void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);
-  void DoWrite(const IoRequest& req, IoDone done);
+  // `dropped_clean`: an earlier pass of this write (one that waited for the
+  // backing superblock) already invalidated clean extents of the range.
+  void DoWrite(const IoRequest& req, IoDone done, bool dropped_clean = false);
   // The writethrough/writearound/bypass write, after the range's clean
-  // extents were invalidated (`has_dirty`: dirty ones are still there).
-  void WriteThrough(const IoRequest& req, IoDone done, bool bypass, bool has_dirty);
+  // extents were invalidated (`has_dirty`: dirty ones are still there;
+  // `dropped_clean`: some clean ones were removed, a removal the journal
+  // must hold before the backing device gets the new data).
+  void WriteThrough(const IoRequest& req, IoDone done, bool bypass, bool has_dirty, bool dropped_clean);
   // The writeback write: data to the cache only, inserted dirty; false when
   // it cannot be taken (no space): the caller writes through instead.
-  bool WriteBack(const IoRequest& req, IoDone& done, bool has_dirty);
+  bool WriteBack(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean);
+  // Runs fn on this reactor once every index change made before the call is
+  // durable, when `commit` (and the set is persistent); else at once. A
+  // write or discard that goes to the backing device after dropping clean
+  // copies of its range passes its backing I/O through this: a clean copy
+  // is only as good as the backing data it mirrors, so its removal must be
+  // on media before the backing device can hold anything newer — else a
+  // power cut recovers the clean copy over newer backing data, reads it
+  // until its bucket is reclaimed, and then reads the backing data again: a
+  // write seen lost after the cut comes back later.
+  void AfterCommit(bool commit, Callback<void()> fn);
   bool ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass);
   // A client write's cache copy at e (its data at `data`): done(ok).
   void WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done);
