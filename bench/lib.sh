@@ -135,3 +135,67 @@ measured() {
   printf '%s\n%s\n' "$st0" "$st1" >"$raw/stat-$tag.txt"
   return $rc
 }
+
+# --- bench/run: progress lines and relayed output --------------------------
+# bench/run starts every suite with RUN_SUITE, RUN_INDEX, RUN_TOTAL, RUN_T0
+# (epoch seconds of the run's start), RUN_SUITE_T0, RUN_SUITE_EST and
+# RUN_LATER_EST (estimated seconds of this suite and of the suites after it)
+# and RUN_PROGRESS_FD (the terminal; stdout and stderr go to the suite's log).
+# Outside bench/run these are unset and progress lines only go to stderr.
+
+# fmt_dur SECONDS: "45s", "3m05s".
+fmt_dur() {
+  local s=${1%.*}
+  (( s < 0 )) && s=0
+  if (( s >= 60 )); then printf '%dm%02ds' $(( s / 60 )) $(( s % 60 )); else printf '%ds' "$s"; fi
+}
+
+# progress_line TEXT: "[SUITE i/N] TEXT (elapsed 2m05s, est. left 6m10s)".
+progress_line() {
+  local now left
+  if [[ -z ${RUN_T0:-} ]]; then echo "== $*"; return; fi
+  now=$(date +%s)
+  left=$(( ${RUN_SUITE_EST:-0} - (now - ${RUN_SUITE_T0:-$now}) ))
+  (( left < 0 )) && left=0
+  left=$(( left + ${RUN_LATER_EST:-0} ))
+  echo "[${RUN_SUITE} ${RUN_INDEX}/${RUN_TOTAL}] $* (elapsed $(fmt_dur $(( now - RUN_T0 ))), est. left $(fmt_dur "$left"))"
+}
+
+# bench_progress TEXT: a progress line on stderr (the log) and bench/run's terminal.
+bench_progress() {
+  local line
+  line=$(progress_line "$@")
+  echo "$line" >&2
+  if [[ -n ${RUN_PROGRESS_FD:-} ]]; then echo "$line" >&"$RUN_PROGRESS_FD"; fi
+}
+
+# bench_relay ERE: copies stdin to stderr; lines matching ERE also go to
+# bench/run's terminal as progress lines (a leading "== " dropped).
+bench_relay() {
+  local line
+  while IFS= read -r line; do
+    printf '%s\n' "$line" >&2
+    if [[ -n ${RUN_PROGRESS_FD:-} && $line =~ $1 ]]; then
+      progress_line "${line#== }" >&"$RUN_PROGRESS_FD"
+    fi
+  done
+}
+
+# bench_relayed ERE OUT CMD...: runs CMD with its stderr (and its stdout when
+# OUT is "-", else stdout goes to the file OUT) through bench_relay ERE;
+# returns CMD's status.
+bench_relayed() {
+  local ere=$1 out=$2 rc e=0; shift 2
+  [[ $- == *e* ]] && e=1
+  set +e
+  # CMD does not get bench/run's terminal (fd 3): a server it leaves behind
+  # must not hold bench/run's output open.
+  if [[ $out == - ]]; then
+    "$@" 2>&1 3>&- | bench_relay "$ere"
+  else
+    "$@" 2>&1 >"$out" 3>&- | bench_relay "$ere"
+  fi
+  rc=${PIPESTATUS[0]}
+  (( e )) && set -e
+  return "$rc"
+}

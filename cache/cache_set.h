@@ -18,6 +18,9 @@
 //  - Commit()/CommitAsync(): every index change made before the call is
 //    durable when it completes; the journal append flushes the cache device
 //    first, so the data of every extent it records is on media before it.
+//    CommitAsync(soft) only writes the entry (a writeback write's ack): it
+//    survives a crash of the daemon at once and a power cut from the next
+//    hard commit, at most journal_delay_ms later (JournalLoop).
 //  - A reclaimed bucket's new generation is journaled before the bucket is
 //    reused (BucketAllocator's gen persister), so a replayed pointer into a
 //    reused bucket is stale.
