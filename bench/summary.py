@@ -1,0 +1,570 @@
+#!/usr/bin/env python3
+"""bench/run's records and report (issue 12).
+
+  summary.py machine DIR --ubcache BIN --bin COPY ...   DIR/machine.json
+  summary.py record DIR SUITE RC T0 T1 QUICK [LEFTOVER] DIR/SUITE.json: the suite's
+                                                        status and its raw/SUITE/result.json
+  summary.py report DIR [--wall S]                      DIR/summary.md and DIR/plots/
+
+summary.md holds this machine's numbers and nothing else: a suite that did
+not run, failed or is not implemented says so and shows no number it did
+not measure. Plots need matplotlib (python3-matplotlib; bench/run installs
+it); without it summary.md says that the plots are missing.
+"""
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+PACKAGES = ["fio", "nbdkit", "qemu-utils", "sysbench", "dbench", "libnbd-bin", "liburing2", "python3-matplotlib"]
+
+
+def sh(*cmd):
+    """A command's stripped stdout, or None when it fails or is missing."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def now():
+    return datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+
+
+# --- machine --------------------------------------------------------------
+
+def disk_of(path):
+    """The filesystem and block device under PATH: source, fstype, model, rotational."""
+    out = {"path": path}
+    src = sh("findmnt", "-n", "-o", "SOURCE,FSTYPE", "-T", path)
+    if not src:
+        return out
+    source, _, fstype = src.partition(" ")
+    out.update({"source": source, "fstype": fstype.strip()})
+    dev = source
+    parent = sh("lsblk", "-n", "-d", "-o", "PKNAME", source)
+    if parent:
+        dev = "/dev/" + parent
+    info = sh("lsblk", "-J", "-d", "-o", "NAME,MODEL,VENDOR,SIZE,ROTA,TRAN,SCHED", dev)
+    try:
+        d = json.loads(info)["blockdevices"][0]
+        out.update({"device": dev, "model": (d.get("model") or "").strip() or None,
+                    "vendor": (d.get("vendor") or "").strip() or None, "size": d.get("size"),
+                    "rotational": d.get("rota") in (True, "1", 1), "transport": d.get("tran"),
+                    "scheduler": d.get("sched")})
+    except (TypeError, ValueError, KeyError, IndexError):
+        out["device"] = dev
+    name = os.path.basename(dev)
+    try:
+        out["driver"] = os.path.basename(os.readlink(f"/sys/block/{name}/device/driver"))
+    except OSError:
+        pass
+    return out
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def meminfo(key):
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def os_release():
+    try:
+        for line in open("/etc/os-release"):
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return None
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def cmd_machine(a):
+    pkgs = {}
+    for p in PACKAGES:
+        v = sh("dpkg-query", "-W", "-f=${Status} ${Version}", p)
+        pkgs[p] = v.split()[-1] if v and v.startswith("install ok installed") else None
+    git = {"commit": sh("git", "-C", a.repo, "rev-parse", "HEAD"),
+           "describe": sh("git", "-C", a.repo, "describe", "--always", "--dirty"),
+           "branch": sh("git", "-C", a.repo, "rev-parse", "--abbrev-ref", "HEAD")}
+    st = sh("git", "-C", a.repo, "status", "--porcelain", "--untracked-files=no")
+    git["dirty"] = None if st is None else bool(st)
+    doc = {
+        "host": platform.node(), "recorded": now(),
+        "cpus": os.cpu_count(), "cpu_model": cpu_model(), "memory_bytes": meminfo("MemTotal"),
+        "kernel": platform.release(), "kernel_build": platform.version(), "os": os_release(),
+        "virtualization": sh("systemd-detect-virt"), "load_avg_at_start": list(os.getloadavg()),
+        "disk": disk_of(a.work), "packages": pkgs, "git": git,
+        "ubcache": {"path": a.ubcache, "built_by_run": a.built == "1", "sha256": sha256(a.bin),
+                    "version": sh(a.bin, "--version"),
+                    "mtime": datetime.datetime.fromtimestamp(os.path.getmtime(a.ubcache)).astimezone()
+                    .strftime("%Y-%m-%d %H:%M:%S %z")},
+        "run": {"command": a.command, "quick": a.quick == "1", "suites": a.suites.split(","), "started": now()},
+    }
+    with open(os.path.join(a.dir, "machine.json"), "w") as f:
+        json.dump(doc, f, indent=2)
+
+
+# --- record ---------------------------------------------------------------
+
+def cmd_record(a):
+    rc = int(a.rc)
+    data = load(os.path.join(a.dir, "raw", a.suite, "result.json"))
+    status = {0: "ok", 3: "not_implemented"}.get(rc, "failed")
+    reason = None
+    if status == "ok" and data is None:
+        status, reason = "failed", "the suite exited 0 but wrote no result.json"
+    if status == "failed" and reason is None:
+        reason = "interrupted: bench/run stopped it" if rc in (130, 143) else f"exit status {rc}"
+    log = os.path.join("logs", a.suite + ".log")
+    tail = None
+    if status == "failed":
+        try:
+            tail = open(os.path.join(a.dir, log), errors="replace").read().splitlines()[-25:]
+        except OSError:
+            tail = []
+    t0, t1 = float(a.t0), float(a.t1)
+    doc = {"suite": a.suite, "status": status, "exit_code": rc, "reason": reason,
+           "started": datetime.datetime.fromtimestamp(t0).astimezone().isoformat(timespec="seconds"),
+           "finished": datetime.datetime.fromtimestamp(t1).astimezone().isoformat(timespec="seconds"),
+           "wall_s": round(t1 - t0, 1), "quick": a.quick == "1", "log": log,
+           "leftover_processes": [x for x in (a.leftover or "").splitlines() if x.strip()],
+           "log_tail": tail, "data": data}
+    with open(os.path.join(a.dir, a.suite + ".json"), "w") as f:
+        json.dump(doc, f, indent=2)
+
+
+# --- report: formatting helpers ---------------------------------------------
+
+def f0(v):
+    return "—" if v is None else f"{v:.0f}"
+
+
+def f1(v):
+    return "—" if v is None else f"{v:.1f}"
+
+
+def f2(v):
+    return "—" if v is None else f"{v:.2f}"
+
+
+def f3(v):
+    return "—" if v is None else f"{v:.3f}"
+
+
+def frange(r, f=f2):
+    return "—" if not r or r[0] is None else f"{f(r[0])}–{f(r[1])}"
+
+
+def fspread(v, f=f2):
+    """min–max of a list of per-repeat values; one value has no spread."""
+    v = [x for x in v if x is not None]
+    if len(v) < 2:
+        return "— (1 run)" if v else "—"
+    return f"{f(min(v))}–{f(max(v))}"
+
+
+def med(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+
+def span(v):
+    v = [x for x in v if x is not None]
+    return [min(v), max(v)] if v else None
+
+
+def table(head, rows, align=None):
+    align = align or ["---"] + ["---:"] * (len(head) - 1)
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out + [""]
+
+
+def verdict(targets, prefix):
+    for t in targets or []:
+        if t.get("target", "").startswith(prefix) and not t.get("info"):
+            return "PASS" if t.get("pass") else "MISS"
+    return ""
+
+
+class Plots:
+    """Bars of A/B ratios with min–max spread, lines of latency percentiles.
+    Every figure goes to plots/NAME.png and plots/NAME.svg."""
+
+    def __init__(self, outdir):
+        self.dir = os.path.join(outdir, "plots")
+        self.made, self.error = [], None
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            self.plt = plt
+        except ImportError as e:
+            self.plt, self.error = None, f"matplotlib is not installed ({e}); apt-get install python3-matplotlib"
+
+    def _save(self, fig, name):
+        os.makedirs(self.dir, exist_ok=True)
+        for ext in ("png", "svg"):
+            fig.savefig(os.path.join(self.dir, f"{name}.{ext}"), bbox_inches="tight", dpi=110)
+        self.plt.close(fig)
+        self.made.append(name)
+        return f"plots/{name}.png"
+
+    def ratio_bars(self, name, title, bars, log=False):
+        """bars: [(label, value, [lo, hi] or None, target or None)]; None values are left out."""
+        bars = [b for b in bars if b[1] is not None]
+        if not self.plt or not bars:
+            return None
+        plt = self.plt
+        fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(bars) + 2), 4))
+        xs = range(len(bars))
+        vals = [b[1] for b in bars]
+        lo = [b[1] - (b[2][0] if b[2] else b[1]) for b in bars]
+        hi = [(b[2][1] if b[2] else b[1]) - b[1] for b in bars]
+        ax.bar(xs, vals, color="#4c72b0", yerr=[lo, hi], capsize=4, ecolor="black")
+        for x, b in zip(xs, bars):
+            ax.annotate(f"{b[1]:.2f}", (x, b[1]), textcoords="offset points", xytext=(0, 3), ha="center",
+                        fontsize=7)
+            if b[3] is not None:
+                ax.plot([x - 0.4, x + 0.4], [b[3], b[3]], color="#c44e52", linewidth=2)
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([b[0] for b in bars], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("ratio (bar: median; whiskers: min–max; red: target)")
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        return self._save(fig, name)
+
+    def percentile_lines(self, name, title, series):
+        """series: [(label, [(pct_label, median, [lo, hi])])]."""
+        series = [s for s in series if any(p[1] is not None for p in s[1])]
+        if not self.plt or not series:
+            return None
+        plt = self.plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, pts in series:
+            pts = [p for p in pts if p[1] is not None]
+            xs = list(range(len(pts)))
+            ys = [p[1] for p in pts]
+            ax.plot(xs, ys, marker="o", label=label)
+            if all(p[2] for p in pts):
+                ax.fill_between(xs, [p[2][0] for p in pts], [p[2][1] for p in pts], alpha=0.15)
+        ax.set_xticks(range(len(series[0][1])))
+        ax.set_xticklabels([p[0] for p in series[0][1]])
+        ax.set_yscale("log")
+        ax.set_ylabel("latency, µs (median of repeats; band: min–max)")
+        ax.legend(fontsize=8)
+        ax.set_title(title, fontsize=10)
+        return self._save(fig, name)
+
+
+# --- report: one renderer per suite ----------------------------------------
+# Each takes the suite's data (raw/SUITE/result.json) and Plots, and returns
+# Markdown lines.
+
+def r_observability(d, plots):
+    c, cfg = d["ctl_stall"], d.get("config", {})
+    wo, wi = c["iops_without"], c["iops_with"]
+    per = [b / a for a, b in zip(wo, wi) if a]
+    out = [f"4 KiB randread QD32 through NBD over a {cfg.get('ws', '?')} working set (resident), "
+           f"{len(wo)} pairs of {cfg.get('runtime_s', '?')} s without and with `ctl_poller` asking "
+           f"priority-stats, stats and metrics {cfg.get('rate', '?')} times a second; pairs alternated "
+           f"(A B, B A, …); {c['buckets']} buckets.", ""]
+    out += table(["measure", "without polling", "with polling", "with/without", "per-pair min–max", "target", ""],
+                 [["IOPS (median of pairs; ratio of sums)", f0(med(wo)), f0(med(wi)), f3(c["ratio"]),
+                   fspread(per, f3), "≥ 0.99", "PASS" if c["ratio"] >= 0.99 else "MISS"],
+                  ["median of per-pair ratios", "", "", f3(c["ratio_median"]), "", "", ""]])
+    out += table(["control queries", "errors", "client p50 ms", "client p99 ms", "client max ms",
+                  "daemon p99 µs", "daemon max µs", "daemon CPU per query µs", "over 5 ms"],
+                 [[c["queries"], c["query_errors"], f2(c["query_p50_ms"]), f2(c["query_p99_ms"]),
+                   f2(c["query_max_ms"]), c["server_wall_p99_us"], c["server_wall_max_us"],
+                   c["server_cpu_per_request_us"], c["server_requests_over_5ms"]]])
+    p = plots.ratio_bars("observability", "IOPS with / without stats polling",
+                         [("with/without (sum)", c["ratio"], span(per), 0.99),
+                          ("median per pair", c["ratio_median"], span(per), 0.99)])
+    return out + ([f"![observability]({p})", ""] if p else [])
+
+
+WB_SECTIONS = [("s1_randwrite", "(1)", "4 KiB randwrite QD32: writeback vs spindle alone", "IOPS", 20.0),
+               ("s2_flush", "(2)", "ctl flush of random dirty blocks vs spindle in write order", "MiB/s", 2.0),
+               ("s3a", "(3a)", "reader beside 4 writers / alone, reader uncached", "IOPS", 0.8),
+               ("s3c", "(3c)", "as (3a) with writeback_rate set", "IOPS", 0.8),
+               ("s3b", "(3b)", "reader beside 4 writers / alone, reader cached", "IOPS", 0.8),
+               ("s3d", "(3d)", "as (3b), writeback_running 0 (reference)", "IOPS", None)]
+
+
+def r_writeback(d, plots):
+    w = d["writeback_bench"]
+    cfg = w.get("config", {})
+    rows, bars = [], []
+    for key, tag, label, unit, need in WB_SECTIONS:
+        x = w.get(key)
+        if not x:
+            continue
+        if key == "s1_randwrite":
+            a, b, per = x["wb_iops"], x["raw_iops"], [r["ratio"] for r in x["runs"]]
+        elif key == "s2_flush":
+            mib = 1 << 20
+            a = x["wb_bytes_per_s"] and x["wb_bytes_per_s"] / mib
+            b = x["raw_bytes_per_s"] and x["raw_bytes_per_s"] / mib
+            per = [r["ratio"] for r in x["runs"]]
+        else:
+            a, b, per = x["beside_iops"], x["solo_iops"], x["ratio_per_pair"]
+        fa = f2 if unit == "MiB/s" else f0
+        rows.append([f"{tag} {label}", unit, fa(a), fa(b), f2(x["ratio"]), ", ".join(f2(p) for p in per) or "—",
+                     "—" if need is None else f"≥ {need:g}", verdict(w.get("targets"), tag) or "—"])
+        bars.append((tag, x["ratio"], span(per), need))
+    out = [f"bench/writeback_bench.sh over a modelled 10k rpm SAS spindle (`sas:FILE`), "
+           f"{cfg.get('repeat', '?')} pair(s) per section, A B then B A; `{cfg.get('command', '')}`.", ""]
+    out += table(["section", "unit", "ubcache", "baseline", "ratio (of medians)", "per pair", "target", ""], rows,
+                 ["---", "---", "---:", "---:", "---:", "---", "---", "---"])
+    notes = w.get("notes") or []
+    nwarn = sum(len(v) for v in (w.get("daemon_warnings") or {}).values())
+    out += [f"Checks: {len(notes)} note(s), {nwarn} daemon warning/error line(s)"
+            + (":" if notes else "."), ""]
+    out += [f"- {n}" for n in notes[:8]] + ([f"- … {len(notes) - 8} more"] if len(notes) > 8 else [])
+    if notes:
+        out.append("")
+    p = plots.ratio_bars("writeback", "writeback: ubcache / baseline", bars, log=True)
+    return out + ([f"![writeback]({p})", ""] if p else [])
+
+
+def peer_ratios(row, peer, metric):
+    u = row["servers"]["ubcache"]["runs"]
+    o = row["servers"][peer]["runs"]
+    return [a[metric] / b[metric] for a, b in zip(u, o) if a and b and b.get(metric)]
+
+
+def r_peers(d, plots):
+    out, bars = [], []
+    p = d.get("nbd_peers")
+    if p:
+        label = {"nbdkit": "nbdkit", "null": "nbdkit null", "qemu-nbd": "qemu-nbd", "raw": "raw io_uring"}
+        out += [f"bench/nbd_peers.sh: fio nbd engine, {p['seconds']} s per run, {p['repeat']} repeat(s), "
+                "servers interleaved per workload, order rotated per repeat; 4 KiB rows IOPS, 1 MiB rows MB/s.", ""]
+        rows = []
+        for g, grows in p["groups"].items():
+            for row in grows:
+                m = row["metric"]
+                u = row["servers"]["ubcache"][m]
+                for peer, ratio in row["ratios"].items():
+                    per = peer_ratios(row, peer, m)
+                    rows.append([g, row["workload"], "IOPS" if m == "iops" else "MB/s", f0(u), label.get(peer, peer),
+                                 f0(row["servers"][peer][m]), f2(ratio), fspread(per)])
+                    bars.append((f"{g} {row['workload']} /{label.get(peer, peer)}", ratio, span(per), None))
+        out += table(["group", "workload", "unit", "ubcache", "peer", "peer's", "ubcache/peer", "per-repeat min–max"],
+                     rows, ["---", "---", "---", "---:", "---", "---:", "---:", "---"])
+        out += ["Targets (issue 3): " + "; ".join(
+            f"{'info' if t.get('info') else ('PASS' if t['pass'] else 'MISS')} {t['target'].strip()}: {f2(t['ratio'])}"
+            for t in p.get("targets", [])), ""]
+    else:
+        out += ["nbd_peers.sh: no result.", ""]
+    c = d.get("cache_bench")
+    if c:
+        rows = []
+        ic = c.get("index_cost")
+        if ic:
+            rows.append(["(1) index cost: cached+resident / passthrough, 4 KiB randread QD32", "IOPS",
+                         f0(ic["b"]["iops"]), f0(ic["a"]["iops"]), f2(ic["ratio"]),
+                         fspread(ic["ratio_per_repeat"]), "≥ 0.95", verdict(c.get("targets"), "(1) cached"),
+                         f"measured-pass hits {f2(ic.get('measured_hit_pct'))} %"])
+            bars.append(("(1) cached/passthrough", ic["ratio"], span(ic["ratio_per_repeat"]), 0.95))
+        wc = c.get("warm_vs_cold")
+        if wc:
+            per = [r["ratio"] for r in wc["runs"]]
+            rows.append(["(2) warm / cold over sas:, 4 KiB randread QD16", "IOPS", f0(wc["warm_iops"]),
+                         f0(wc["cold_iops"]), f2(wc["ratio"]), fspread(per), "≥ 50",
+                         verdict(c.get("targets"), "(2)"), f"warm-pass hits {f2(wc.get('warm_hit_pct'))} %"])
+        out += [f"bench/cache_bench.sh: {c['repeat']} repeat(s), {c['seconds']} s per pass of (1), "
+                f"working sets {c['ws_bytes'] >> 20} MiB / {c['ws2_bytes'] >> 20} MiB.", ""]
+        out += table(["measure", "unit", "ubcache (b / warm)", "baseline (a / cold)", "ratio", "per-repeat min–max",
+                      "target", "", "check"], rows, ["---", "---", "---:", "---:", "---:", "---", "---", "---", "---"])
+    else:
+        out += ["cache_bench.sh: no result.", ""]
+    pp = plots.ratio_bars("peers", "peers: ubcache / peer", bars)
+    return out + ([f"![peers]({pp})", ""] if pp else [])
+
+
+LAT_LABEL = {"ubcache": "ubcache serve, cache hit", "raw": "raw cache file, fio io_uring",
+             "nbdkit": "nbdkit file", "qemu-nbd": "qemu-nbd", "null": "nbdkit null (protocol only)"}
+PCTS = [("p50", "p50_us"), ("p99", "p99_us"), ("p99.9", "p99.9_us")]
+
+
+def r_latency(d, plots):
+    cfg, sv, rt = d["config"], d["servers"], d["ratios_ubcache_over"]
+    out = [f"4 KiB randread QD1, total latency (submit to completion), {cfg['seconds']} s per run, "
+           f"{cfg['repeat']} repeat(s), every configuration once per repeat, order rotated; "
+           f"{cfg['ws_bytes'] >> 20} MiB region; NBD configurations through fio's nbd engine (one connection). "
+           "Cells: median of repeats [min–max].", ""]
+    rows = []
+    for c, x in sv.items():
+        m, r = x["median"], x["range"]
+        cells = [f"{f0(m[k])} [{frange(r[k], f0)}]" if m[k] is not None else "—" for _, k in PCTS]
+        ratio = "" if c == "ubcache" else f"{f2(rt[c]['p50_us']['median'])} [{frange(rt[c]['p50_us']['range'])}]"
+        cpu = med([y.get("server_cpu_pct") for y in x["runs"] if y])
+        rows.append([LAT_LABEL.get(c, c), *cells, f"{f0(m['iops'])}", ratio, f0(cpu)])
+    out += table(["configuration", "p50 µs", "p99 µs", "p99.9 µs", "IOPS", "ubcache p50 / this p50", "server CPU %"],
+                 rows)
+    h = d.get("ubcache_hits")
+    if h:
+        out += [f"ubcache's counters over the measured runs: {h['hits']} hits, {h['misses']} misses "
+                f"(hit ratio {f1(h['hit_pct'])} %) for {h['fio_reads']} fio reads.", ""]
+    else:
+        out += ["ubcache's hit counters could not be read: the hit ratio is unknown.", ""]
+    p1 = plots.percentile_lines("latency_percentiles", "4 KiB randread QD1 latency",
+                                [(LAT_LABEL.get(c, c), [(lab, x["median"][k], x["range"][k]) for lab, k in PCTS])
+                                 for c, x in sv.items()])
+    p2 = plots.ratio_bars("latency_ratios", "ubcache p50 / peer p50 (lower: ubcache faster)",
+                          [(f"/{LAT_LABEL.get(c, c)}", rt[c]["p50_us"]["median"], rt[c]["p50_us"]["range"], None)
+                           for c in rt])
+    return out + [f"![{n}]({p})" for n, p in (("latency percentiles", p1), ("latency ratios", p2)) if p] + [""]
+
+
+RENDER = {"observability": r_observability, "writeback": r_writeback, "peers": r_peers, "latency": r_latency}
+
+
+def fmt_bytes(n):
+    return "—" if n is None else f"{n / (1 << 30):.1f} GiB"
+
+
+def machine_lines(m):
+    if not m:
+        return ["machine.json is missing: the machine is not recorded.", ""]
+    dk, g, u = m.get("disk", {}), m.get("git", {}), m.get("ubcache", {})
+    disk = (f"{dk.get('source', '?')} ({dk.get('fstype', '?')}), device {dk.get('device', '?')}: "
+            f"model {dk.get('model') or 'not reported'}, {dk.get('size') or '?'}, "
+            f"{'rotational' if dk.get('rotational') else 'non-rotational'}"
+            f"{', driver ' + dk['driver'] if dk.get('driver') else ''}, scheduler {dk.get('scheduler') or '?'}")
+    pk = ", ".join(f"{k} {v or 'not installed'}" for k, v in m.get("packages", {}).items())
+    rows = [["host", m.get("host")],
+            ["CPU", f"{m.get('cpus')} × {m.get('cpu_model')}"],
+            ["memory", fmt_bytes(m.get("memory_bytes"))],
+            ["kernel", f"{m.get('kernel')} ({m.get('os')}, virtualization: {m.get('virtualization') or 'none'})"],
+            ["disk under the device files", disk],
+            ["packages", pk],
+            ["git", f"{g.get('commit')} ({g.get('describe')}, {'dirty' if g.get('dirty') else 'clean'} tree)"],
+            ["ubcache", f"{u.get('path')} ({'built by this run' if u.get('built_by_run') else 'given with --ubcache'},"
+                        f" {u.get('version')}, sha256 {str(u.get('sha256'))[:16]}…, mtime {u.get('mtime')})"],
+            ["load average at start", ", ".join(f"{x:.2f}" for x in m.get("load_avg_at_start", []))]]
+    return table(["machine", ""], rows, ["---", "---"])
+
+
+def cmd_report(a):
+    m = load(os.path.join(a.dir, "machine.json")) or {}
+    run = m.get("run", {})
+    suites = run.get("suites") or sorted(f[:-5] for f in os.listdir(a.dir) if f.endswith(".json") and f != "machine.json")
+    plots = Plots(a.dir)
+    recs = {s: load(os.path.join(a.dir, s + ".json")) for s in suites}
+    lines = [f"# ubcache bench — this machine's numbers", "",
+             f"`{run.get('command', 'bench/run')}`{' (--quick: short runs, small files)' if run.get('quick') else ''}, "
+             f"started {run.get('started', '?')}, report written {now()}"
+             + (f", {int(a.wall) // 60} min {int(a.wall) % 60} s in all" if a.wall else "") + ".", "",
+             "These numbers were measured on the machine below in this one run; they say what this machine "
+             "did, not what ubcache does everywhere. Ratios are measured within the run (configurations "
+             "alternated); the spread is the min–max over the repeats or pairs.", ""]
+    lines += machine_lines(m)
+    srows = []
+    for s in suites:
+        r = recs[s]
+        if not r:
+            srows.append([s, "did not run (no record)", "—", ""])
+            continue
+        st = {"ok": "ok", "failed": f"**FAILED** ({r.get('reason')})", "not_implemented": "not implemented yet"}[r["status"]]
+        if r.get("leftover_processes"):
+            st += f"; left {len(r['leftover_processes'])} process(es), stopped by bench/run"
+        srows.append([s, st, f"{r['wall_s']:.0f} s", f"`{r['log']}`"])
+    lines += ["## Suites", ""] + table(["suite", "status", "wall", "log"], srows, ["---", "---", "---:", "---"])
+    missing = [s for s in suites if not recs[s] or recs[s]["status"] != "ok"]
+    if missing:
+        lines += [f"Missing from this report (no numbers): {', '.join(missing)}.", ""]
+    for s in suites:
+        r = recs[s]
+        lines += [f"## {s}", ""]
+        if not r:
+            lines += ["Did not run: no record.", ""]
+            continue
+        if r["status"] == "not_implemented":
+            plan = (r.get("data") or {}).get("plan", "")
+            lines += [f"Not implemented yet — no numbers. Planned: {plan}.", ""]
+            continue
+        if r["status"] == "failed":
+            lines += [f"**FAILED**: {r.get('reason')}; see `{r['log']}`. Last lines of the log:", "", "```"]
+            lines += (r.get("log_tail") or [])[-12:] + ["```", ""]
+        if r.get("data") and s in RENDER:
+            if r["status"] == "failed":
+                lines += ["What it did record before failing (partial; do not read it as a complete result):", ""]
+            try:
+                lines += RENDER[s](r["data"], plots)
+            except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+                lines += [f"summary.py could not render this suite's data ({type(e).__name__}: {e}); "
+                          f"the raw data is in `{s}.json`.", ""]
+        elif r["status"] == "ok":
+            lines += [f"No renderer for this suite; data in `{s}.json`.", ""]
+        if r.get("leftover_processes"):
+            lines += ["Processes the suite left running (stopped by bench/run):", ""]
+            lines += [f"- `{x}`" for x in r["leftover_processes"]] + [""]
+    if plots.error:
+        lines += [f"Plots: none ({plots.error}).", ""]
+    md = "\n".join(lines)
+    with open(os.path.join(a.dir, "summary.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("machine")
+    m.add_argument("dir")
+    for k in ("--ubcache", "--bin", "--built", "--repo", "--work", "--quick", "--command", "--suites"):
+        m.add_argument(k, required=True)
+    r = sub.add_parser("record")
+    for k in ("dir", "suite", "rc", "t0", "t1", "quick"):
+        r.add_argument(k)
+    r.add_argument("leftover", nargs="?", default="")
+    p = sub.add_parser("report")
+    p.add_argument("dir")
+    p.add_argument("--wall", type=float, default=None)
+    a = ap.parse_args()
+    {"machine": cmd_machine, "record": cmd_record, "report": cmd_report}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
