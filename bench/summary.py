@@ -457,7 +457,34 @@ def r_latency(d, plots):
     return out + [f"![{n}]({p})" for n, p in (("latency percentiles", p1), ("latency ratios", p2)) if p] + [""]
 
 
-RENDER = {"observability": r_observability, "writeback": r_writeback, "peers": r_peers, "latency": r_latency}
+def r_fairness(d, plots):
+    rows, bars = [], []
+    for mode in ("writethrough", "writeback"):
+        w = d.get(mode)
+        x = w and w.get("s3a")
+        if not x:
+            rows.append([mode, "—", "—", "—", "—", "—", "not measured"])
+            continue
+        beside = (x.get("runs") or {}).get("beside") or []
+        wr = med([r.get("writers_iops") for r in beside if r])
+        wb = med([r.get("wb_written_reader") for r in beside if r])
+        rows.append([mode, f0(x["solo_iops"]), f0(x["beside_iops"]), f2(x["ratio"]),
+                     ", ".join(f2(p) for p in x["ratio_per_pair"]) or "—", f0(wr),
+                     "—" if wb is None else f1(wb / (1 << 20))])
+        bars.append((mode, x["ratio"], span(x["ratio_per_pair"]), 0.8))
+    cfg = next((d[m].get("config", {}) for m in ("writethrough", "writeback") if d.get(m)), {})
+    out = ["One 4 KiB randread reader (QD1, region not cached: its reads go to the modelled spindle) beside "
+           "4 writers (4 KiB randwrite QD8 each, an NBD FLUSH after every write: fio fsync=1, since its nbd engine has no fdatasync), against the same reader alone; "
+           f"bench/writeback_bench.sh section (3a) with `--writer-fsync 1 --mode3 MODE`, "
+           f"{cfg.get('repeat', '?')} pair(s) per mode, A B then B A. Target (issue 12): reader ≥ 0.8× solo.", ""]
+    out += table(["cache mode", "reader alone IOPS", "reader beside IOPS", "ratio (of medians)", "per pair",
+                  "writers IOPS", "written back while reading MiB"], rows)
+    p = plots.ratio_bars("fairness", "fairness: reader beside 4 syncing writers / alone", bars)
+    return out + ([f"![fairness]({p})", ""] if p else [])
+
+
+RENDER = {"observability": r_observability, "writeback": r_writeback, "peers": r_peers, "latency": r_latency,
+          "fairness": r_fairness}
 
 
 def fmt_bytes(n):

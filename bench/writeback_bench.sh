@@ -55,6 +55,7 @@ READER_REGION=384M
 WARM_REGION=64M
 WRITER_REGION=128M
 WRITER_FSYNC=0
+MODE3=writeback
 WB_PERCENT1=40
 WB_PERCENT3=1
 WB_DELAY=1
@@ -110,7 +111,10 @@ Options:
   --reader-region SIZE uncached reader region of (3a), from offset 0 (default: $READER_REGION)
   --warm-region SIZE cached reader region of (3b), after it (default: $WARM_REGION)
   --writer-region SIZE the writers' region, from half the device (default: $WRITER_REGION)
-  --writer-fsync N   the writers' fio fdatasync=N (default: $WRITER_FSYNC: none)
+  --writer-fsync N   the writers' fio fsync=N: an NBD FLUSH after every N writes (fio's
+                     nbd engine has no fdatasync) (default: $WRITER_FSYNC: none)
+  --mode3 MODE       cache mode of (3)'s daemons: writeback or writethrough (default:
+                     $MODE3; bench/suites/fairness.sh runs both)
   --wb-delay N|default writeback_delay for (3) (default: $WB_DELAY; 'default' keeps the daemon's)
   --wb-rate SIZE     (3c): ctl set writeback_rate SIZE before the writers start; the
                      first writeback pass then runs at it instead of the rate a fresh
@@ -150,6 +154,7 @@ while [[ $# -gt 0 ]]; do
     --warm-region) WARM_REGION=${2:?--warm-region needs a size}; shift 2 ;;
     --writer-region) WRITER_REGION=${2:?--writer-region needs a size}; shift 2 ;;
     --writer-fsync) WRITER_FSYNC=${2:?--writer-fsync needs N}; shift 2 ;;
+    --mode3) MODE3=${2:?--mode3 needs writeback or writethrough}; shift 2 ;;
     --wb-delay) WB_DELAY=${2:?--wb-delay needs N or default}; shift 2 ;;
     --wb-rate) WB_RATE=${2:?--wb-rate needs a size}; shift 2 ;;
     --repeat) REPEAT=${2:?--repeat needs N}; shift 2 ;;
@@ -170,6 +175,7 @@ for v in THREADS WARMUP WRITER_FSYNC; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "${v,,}: expected an integer"
 done
 [[ $WB_DELAY == default || $WB_DELAY =~ ^[0-9]+$ ]] || die "--wb-delay: expected an integer or 'default'"
+[[ $MODE3 == writeback || $MODE3 == writethrough ]] || die "--mode3: expected writeback or writethrough"
 [[ -x $UBCACHE ]] || die "$UBCACHE not found; build first: cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2"
 for t in "$FIO" "$PYTHON"; do command -v "$t" >/dev/null || die "$t not found"; done
 "$FIO" --enghelp 2>/dev/null | grep -qw nbd || die "this fio has no nbd engine"
@@ -224,12 +230,12 @@ format_set() {
     echo "writeback_bench: ubcache format failed:" >&2; cat "$raw/format.log" >&2; return 1; }
 }
 
-# start_wb NAME: ubcache in writeback over sas:BACKING (the cache set as it
-# is), control socket $raw/NAME.ctl, and a sampler of its writeback thread's
-# I/O; serve_wb NAME: the same on a freshly formatted set.
+# start_wb NAME [MODE]: ubcache in MODE (writeback) over sas:BACKING (the
+# cache set as it is), control socket $raw/NAME.ctl, and a sampler of its
+# writeback thread's I/O; serve_wb NAME: the same on a freshly formatted set.
 start_wb() {
-  local name=$1
-  start_server "$name" "$BIN" serve --cache "$CACHE" --backing "sas:$BACKING" --cache-mode writeback \
+  local name=$1 mode=${2:-writeback}
+  start_server "$name" "$BIN" serve --cache "$CACHE" --backing "sas:$BACKING" --cache-mode "$mode" \
     --sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0 \
     --threads "$THREADS" --nbd "unix:$raw/$name.sock" --control "$raw/$name.ctl" ||
     die "ubcache serve ($name) failed to start"
@@ -399,7 +405,7 @@ reader_job() {  # reader_job OFFSET SIZE [startdelay]
 writers_job() {
   echo --name=writers --rw=randwrite --bs=4k --iodepth=8 --numjobs=4 --offset="$writer_off" \
     --size="$writer_region" --time_based --runtime=$(( WARMUP + READ_SECONDS )) --norandommap --randrepeat=0 \
-    $( (( WRITER_FSYNC > 0 )) && echo --fdatasync="$WRITER_FSYNC")
+    $( (( WRITER_FSYNC > 0 )) && echo --fsync="$WRITER_FSYNC")
 }
 s3_knobs() {
   knob "$1" writeback_percent "$WB_PERCENT3"
@@ -414,7 +420,7 @@ if [[ $want3a == 1 || $want3b == 1 || $want3c == 1 || $want3d == 1 ]]; then
     if [[ $v == 3b || $v == 3d ]]; then
       # One sequential 1 MiB read makes the region resident (sequential_cutoff 0);
       # the clean SIGTERM keeps it for the next daemons.
-      start_wb w3-warm
+      start_wb w3-warm "$MODE3"
       run_fio w3-warm s3b-warmup --name=warmup --rw=read --bs=1m --iodepth=8 --offset="$roff" --size="$rsize"
       stop_wb w3-warm
     fi
@@ -424,7 +430,7 @@ if [[ $want3a == 1 || $want3b == 1 || $want3c == 1 || $want3d == 1 ]]; then
         n=$((n + 1))
         tag="s$v-$m-$r"
         d="w3-$n"
-        start_wb "$d"
+        start_wb "$d" "$MODE3"
         s3_knobs "$d"
         if [[ $v == 3c && $m == beside ]]; then knob "$d" writeback_rate "$WB_RATE"; fi
         if [[ $v == 3d ]]; then knob "$d" writeback_running 0; fi
@@ -452,14 +458,14 @@ fi
 
 # Medians, ratios, targets; JSON + Markdown; tables on stdout.
 base="$OUT/writeback_bench-$stamp"
-cmdline="bench/writeback_bench.sh --ubcache $UBCACHE --dir $DIR --cache-size $CACHE_SIZE --backing-size $BACKING_SIZE --seconds $S1_SECONDS --region1 $REGION1 --flush-blocks $FLUSH_BLOCKS --flush-region $FLUSH_REGION --read-seconds $READ_SECONDS --warmup $WARMUP --reader-region $READER_REGION --warm-region $WARM_REGION --writer-region $WRITER_REGION --writer-fsync $WRITER_FSYNC --wb-delay $WB_DELAY --wb-rate $WB_RATE --repeat $REPEAT --sections $SECTIONS --threads $THREADS"
+cmdline="bench/writeback_bench.sh --ubcache $UBCACHE --dir $DIR --cache-size $CACHE_SIZE --backing-size $BACKING_SIZE --seconds $S1_SECONDS --region1 $REGION1 --flush-blocks $FLUSH_BLOCKS --flush-region $FLUSH_REGION --read-seconds $READ_SECONDS --warmup $WARMUP --reader-region $READER_REGION --warm-region $WARM_REGION --writer-region $WRITER_REGION --writer-fsync $WRITER_FSYNC --mode3 $MODE3 --wb-delay $WB_DELAY --wb-rate $WB_RATE --repeat $REPEAT --sections $SECTIONS --threads $THREADS"
 git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
 versions="$("$FIO" --version)"
 PYTHONPATH="$here" "$PYTHON" - "$raw" "$base" \
   repeat="$REPEAT" s1_seconds="$S1_SECONDS" read_seconds="$READ_SECONDS" warmup="$WARMUP" region1="$region1" \
   flush_blocks="$FLUSH_BLOCKS" flush_region="$flush_region" flush_bytes="$flush_bytes" \
   reader_region="$reader_region" warm_off="$warm_off" warm_region="$warm_region" writer_off="$writer_off" \
-  writer_region="$writer_region" writer_fsync="$WRITER_FSYNC" wb_percent1="$WB_PERCENT1" wb_percent3="$WB_PERCENT3" \
+  writer_region="$writer_region" writer_fsync="$WRITER_FSYNC" mode3="$MODE3" wb_percent1="$WB_PERCENT1" wb_percent3="$WB_PERCENT3" \
   wb_delay="$WB_DELAY" wb_rate="$WB_RATE" cache_bytes="$cache_bytes" backing_bytes="$backing_bytes" threads="$THREADS" \
   sections="$SECTIONS" dir="$DIR" command="$cmdline" ubcache="$UBCACHE" ubcache_sha256_16="$bin_sha" \
   ubcache_mtime="$bin_mtime" ubcache_version="$bin_version" ubcache_rev="$git_rev" versions="$versions" \
@@ -834,7 +840,7 @@ def s3(v):
 if sections & {"3a", "3b", "3c", "3d"}:
     doc["s3_server"] = cmd("w3-1")
     detail += [f"## (3) 4 KiB randread QD1 beside 4 writers (randwrite 4 KiB QD8 each"
-               f"{', fdatasync=' + str(cfg['writer_fsync']) if cfg['writer_fsync'] else ''}) vs alone, "
+               f"{', fsync=' + str(cfg['writer_fsync']) if cfg['writer_fsync'] else ''}) vs alone, "
                f"{cfg['read_seconds']} s reader window", "",
                f"`{cmd('w3-1')}` (a fresh daemon per run on one cache set, formatted once: a SIGTERM restart keeps "
                f"the cache), `ctl set writeback_percent {cfg['wb_percent3']}`"
