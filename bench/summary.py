@@ -272,6 +272,25 @@ class Plots:
         ax.set_title(title, fontsize=10)
         return self._save(fig, name)
 
+    def scaling_lines(self, name, title, series, ylabel, log=False):
+        """series: [(label, [(clients, value)])]; x on a log2 scale."""
+        series = [(l, [p for p in pts if p[1] is not None]) for l, pts in series]
+        series = [s for s in series if s[1]]
+        if not self.plt or not series:
+            return None
+        plt = self.plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, pts in series:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        if log:
+            ax.set_yscale("log")
+        ax.set_xlabel("dbench clients")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=8)
+        ax.set_title(title, fontsize=10)
+        return self._save(fig, name)
+
     def percentile_lines(self, name, title, series):
         """series: [(label, [(pct_label, median, [lo, hi])])]."""
         series = [s for s in series if any(p[1] is not None for p in s[1])]
@@ -483,8 +502,43 @@ def r_fairness(d, plots):
     return out + ([f"![fairness]({p})", ""] if p else [])
 
 
+SCALE_LABEL = {"ubcache": "ubcache (writethrough, cache file + sas: backing)", "alone": "the cache file alone"}
+
+
+def r_scaling(d, plots):
+    t = d["targets"]
+    counts = sorted({p["clients"] for pts in t.values() for p in pts})
+    by = {k: {p["clients"]: p for p in pts} for k, pts in t.items()}
+    rows = []
+    for c in counts:
+        row = [str(c)]
+        for k in ("ubcache", "alone"):
+            p = by.get(k, {}).get(c)
+            row += [f1(p["mb_s"]) if p else "—", f0(p["max_latency_ms"]) if p else "—"]
+        rows.append(row)
+    out = [f"dbench 4 (its client.txt load) on ext4 ({d['fs_size']}), {d['seconds']} s per point; ubcache's ext4 "
+           "through nbdfuse + losetup, the cache file's through losetup --direct-io. One run per point.", ""]
+    out += table(["clients", "ubcache MB/s", "ubcache max latency ms", "cache file alone MB/s",
+                  "alone max latency ms"], rows)
+    u = by.get("ubcache", {})
+    if u:
+        peak = max(u.values(), key=lambda p: p["mb_s"])
+        last = u[max(u)]
+        ratio = last["mb_s"] / peak["mb_s"] if peak["mb_s"] else None
+        out += [f"ubcache at {max(u)} clients: {f1(last['mb_s'])} MB/s, {f2(ratio)}× its peak "
+                f"({f1(peak['mb_s'])} MB/s at {peak['clients']}); target (issue 12) ≥ 0.9× — "
+                + ("PASS" if ratio is not None and ratio >= 0.9 else "MISS"), ""]
+    p1 = plots.scaling_lines("scaling_throughput", "dbench throughput",
+                             [(SCALE_LABEL.get(k, k), [(p["clients"], p["mb_s"]) for p in pts]) for k, pts in t.items()],
+                             "MB/s (dbench)")
+    p2 = plots.scaling_lines("scaling_latency", "dbench max latency",
+                             [(SCALE_LABEL.get(k, k), [(p["clients"], p["max_latency_ms"]) for p in pts])
+                              for k, pts in t.items()], "max latency, ms", log=True)
+    return out + [f"![{n}]({p})" for n, p in (("scaling throughput", p1), ("scaling latency", p2)) if p] + [""]
+
+
 RENDER = {"observability": r_observability, "writeback": r_writeback, "peers": r_peers, "latency": r_latency,
-          "fairness": r_fairness}
+          "fairness": r_fairness, "scaling": r_scaling}
 
 
 def fmt_bytes(n):
