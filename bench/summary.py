@@ -76,34 +76,33 @@ def disk_of(path):
     return out
 
 
-def cpu_model():
+def first_line(path, prefix):
+    """The first line of `path` that starts with `prefix`, or None."""
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        for line in open(path):
+            if line.startswith(prefix):
+                return line
     except OSError:
         pass
-    return platform.processor() or None
+    return None
+
+
+def cpu_model():
+    line = first_line("/proc/cpuinfo", "model name")
+    return line.split(":", 1)[1].strip() if line else (platform.processor() or None)
 
 
 def meminfo(key):
+    line = first_line("/proc/meminfo", key + ":")
     try:
-        for line in open("/proc/meminfo"):
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
+        return int(line.split()[1]) * 1024 if line else None
+    except (IndexError, ValueError):
+        return None
 
 
 def os_release():
-    try:
-        for line in open("/etc/os-release"):
-            if line.startswith("PRETTY_NAME="):
-                return line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    return None
+    line = first_line("/etc/os-release", "PRETTY_NAME=")
+    return line.split("=", 1)[1].strip().strip('"') if line else None
 
 
 def sha256(path):
