@@ -482,8 +482,9 @@ Status ExtentIndex::ChangeIfSame(const Extent& e, Change how, const Extent* to, 
     // Journaled as the new piece: replay replaces exactly this range.
     if (st.ok() && keep) {
       // A moved piece points at data just copied: checked when we have it.
-      uint64_t hash = how == Change::kMove && data ? Hash64(data + (x.start - e.start), x.len) : 0;
-      AppendInsertOp(&sh->journal, c, how == Change::kMove && data ? &hash : nullptr);
+      bool checked = how == Change::kMove && data;
+      uint64_t hash = checked ? Hash64(data + (x.start - e.start), x.len) : 0;
+      AppendInsertOp(&sh->journal, c, checked ? &hash : nullptr);
     } else {
       AppendInvalidateOp(&sh->journal, id, x.dev, x.start, x.end());
     }

@@ -124,7 +124,7 @@ class ExtentIndex {
   // write's own insert replaces them in one step. *has_dirty: any kept.
   // *removed_clean (if given): bytes of clean extents removed — a caller
   // that then writes the backing device must commit first when it is not
-  // zero (CachedDevice::AfterCommit).
+  // zero (CachedDevice::AfterCleanDropped).
   Status InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty,
                          uint64_t* removed_clean = nullptr);
   // Moving GC: the data of `e` was copied to new_offset (a bucket of gen

@@ -240,17 +240,12 @@ Status BucketNodeStore::ReadJournal(std::vector<uint8_t>* all, size_t* unconfirm
   all->clear();
   // A hard record's PREFLUSH made every record before it durable, with the
   // data they point at: only soft records after the last hard one are
-  // unconfirmed.
-  size_t last_hard = 0;
-  for (size_t i = 0; i < recs.size(); i++)
-    if (!recs[i].soft) last_hard = i + 1;
-  *unconfirmed = SIZE_MAX;
-  for (size_t i = 0; i < recs.size(); i++) {
-    if (i == last_hard) *unconfirmed = all->size();
-    if (recs[i].kind == Journal::Kind::kIndex)
-      all->insert(all->end(), recs[i].payload.begin(), recs[i].payload.end());
+  // unconfirmed (the start record, not among recs, is hard).
+  *unconfirmed = 0;
+  for (const Journal::Record& r : recs) {
+    if (r.kind == Journal::Kind::kIndex) all->insert(all->end(), r.payload.begin(), r.payload.end());
+    if (!r.soft) *unconfirmed = all->size();
   }
-  if (*unconfirmed == SIZE_MAX) *unconfirmed = all->size();
   return Status::OK();
 }
 

@@ -451,7 +451,7 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
     return;
   }
   // Clean copies removed (by this pass or an earlier one): if the data goes
-  // to the backing device, their removal is committed first (AfterCommit).
+  // to the backing device, their removal is committed first (AfterCleanDropped).
   bool dropped_clean = dropped_before || dropped > 0;
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
   bool seq_bypass = !attached() || ShouldBypass(req, true);  // once: it feeds the stream detector
@@ -464,8 +464,12 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
   WriteThrough(req, std::move(done), bypass, has_dirty, dropped_clean);
 }
 
-void CachedDevice::AfterCommit(bool commit, Callback<void()> fn) {
-  if (!commit || !set_->persistent()) {
+void CachedDevice::AfterCleanDropped(uint64_t offset, uint64_t len, bool dropped, Callback<void()> fn) {
+  bool dirty_left = false;
+  uint64_t again = 0;
+  Status ist = set_->index().InvalidateClean(dev_, offset, len, &dirty_left, &again);
+  if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
+  if (!(dropped || again > 0 || !ist.ok()) || !set_->persistent()) {
     fn();
     return;
   }
@@ -683,17 +687,11 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
                       finish();
                     });
   };
-  // A clean copy is only as good as the backing data it mirrors: every
-  // clean copy of the range leaves the journal before the backing device
-  // can hold this data (AfterCommit). Those DoWrite dropped, and those made
-  // while this write waited here — the old dirty copy written back and
-  // marked clean, a racing miss's fill — which go now.
+  // Every clean copy of the range leaves the journal before the backing
+  // device can hold this data: those DoWrite dropped, and those made while
+  // this write waited here (AfterCleanDropped).
   auto issue_committed = [this, op, dropped_clean, issue = std::move(issue)]() mutable {
-    bool dirty_left = false;
-    uint64_t again = 0;
-    Status ist = set_->index().InvalidateClean(dev_, op->req.offset, op->req.len, &dirty_left, &again);
-    if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
-    AfterCommit(dropped_clean || again > 0 || !ist.ok(), std::move(issue));
+    AfterCleanDropped(op->req.offset, op->req.len, dropped_clean, std::move(issue));
   };
   if (has_dirty)
     BeginForeground(req.offset, req.offset + req.len, std::move(issue_committed));
@@ -752,11 +750,7 @@ void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
   // As for a write (WriteThrough): the range's clean copies leave the
   // journal before the backing device discards under them.
   auto issue_committed = [this, req, dropped, issue = std::move(issue)]() mutable {
-    bool dirty_left = false;
-    uint64_t again = 0;
-    Status ist = set_->index().InvalidateClean(dev_, req.offset, req.len, &dirty_left, &again);
-    if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
-    AfterCommit(dropped > 0 || again > 0 || !ist.ok(), std::move(issue));
+    AfterCleanDropped(req.offset, req.len, dropped > 0, std::move(issue));
   };
   if (has_dirty)
     BeginForeground(req.offset, req.offset + req.len, std::move(issue_committed));

@@ -107,16 +107,18 @@ class CachedDevice final : public BlockDevice {
   // The writeback write: data to the cache only, inserted dirty; false when
   // it cannot be taken (no space): the caller writes through instead.
   bool WriteBack(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean);
-  // Runs fn on this reactor once every index change made before the call is
-  // durable, when `commit` (and the set is persistent); else at once. A
-  // write or discard that goes to the backing device after dropping clean
-  // copies of its range passes its backing I/O through this: a clean copy
-  // is only as good as the backing data it mirrors, so its removal must be
-  // on media before the backing device can hold anything newer — else a
-  // power cut recovers the clean copy over newer backing data, reads it
-  // until its bucket is reclaimed, and then reads the backing data again: a
-  // write seen lost after the cut comes back later.
-  void AfterCommit(bool commit, Callback<void()> fn);
+  // A write or discard that goes to the backing device after dropping clean
+  // copies of [offset, offset+len) passes its backing I/O through this: it
+  // drops the range's clean copies made since (the old dirty copy written
+  // back and marked clean while the I/O waited, a racing miss's fill), then
+  // runs fn on this reactor — at once if none was dropped, now or before
+  // (`dropped`) and the set is persistent, else once their removal is
+  // committed. A clean copy is only as good as the backing data it mirrors,
+  // so its removal must be on media before the backing device can hold
+  // anything newer — else a power cut recovers the clean copy over newer
+  // backing data, reads it until its bucket is reclaimed, and then reads the
+  // backing data again: a write seen lost after the cut comes back later.
+  void AfterCleanDropped(uint64_t offset, uint64_t len, bool dropped, Callback<void()> fn);
   bool ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass);
   // A client write's cache copy at e (its data at `data`): done(ok).
   void WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done);
