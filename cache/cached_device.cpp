@@ -103,8 +103,14 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
   auto& det = detectors_[Reactor::Current()->id()];
   if (!det) det = std::make_unique<SequentialDetector>();
   uint64_t run = det->Observe(dev_, req.offset, req.len, now);
-  if (cutoff && run >= cutoff) return true;
-  if (congested && run >= congested) return true;
+  if (cutoff && run >= cutoff) {
+    sequential_bypasses_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (congested && run >= congested) {
+    congested_bypasses_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   return false;
 }
 

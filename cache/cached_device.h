@@ -68,6 +68,10 @@ class CachedDevice final : public BlockDevice {
   uint32_t dev_index() const { return dev_; }
 
   CacheStats& stats() { return stats_; }
+  // Requests ShouldBypass sent around the cache, by reason: a run at least
+  // sequential_cutoff long, or one at least the congestion cutoff long.
+  uint64_t sequential_bypasses() const { return sequential_bypasses_.load(std::memory_order_relaxed); }
+  uint64_t congested_bypasses() const { return congested_bypasses_.load(std::memory_order_relaxed); }
   Status Detach();
   Status Attach();
   bool attached() const { return attached_.load(std::memory_order_acquire); }
@@ -151,6 +155,8 @@ class CachedDevice final : public BlockDevice {
   uint32_t dev_;
   BlockDevice* backing_;
   CacheStats stats_;
+  std::atomic<uint64_t> sequential_bypasses_{0};
+  std::atomic<uint64_t> congested_bypasses_{0};
   std::atomic<bool> attached_{true};
   std::array<std::unique_ptr<SequentialDetector>, Reactor::kMaxReactors> detectors_;
   BackingSuper* const super_;

@@ -11,6 +11,7 @@ void Congestion::Observe(uint64_t latency_us, uint32_t threshold_us, uint64_t no
     int64_t ms = static_cast<int64_t>(latency_us / 1024);
     ms = std::min(ms, kMax + s);  // never below -kMax
     last_us_.store(now_us, std::memory_order_relaxed);
+    slow_ios_.fetch_add(1, std::memory_order_relaxed);
     score_.fetch_sub(ms, std::memory_order_relaxed);
   } else if (s < 0) {
     score_.fetch_add(1, std::memory_order_relaxed);

@@ -25,10 +25,14 @@ class Congestion {
   uint64_t CongestedCutoff(uint32_t read_threshold_us, uint32_t write_threshold_us,
                            uint64_t now_us) const;
   int64_t score() const { return score_.load(std::memory_order_relaxed); }
+  // Completions slower than their threshold since start: what drove the
+  // score down (bench/run's tuning suite reports it beside the bypasses).
+  uint64_t slow_ios() const { return slow_ios_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<int64_t> score_{0};      // <= 0; more negative = more congested
   std::atomic<uint64_t> last_us_{0};   // last slow completion
+  std::atomic<uint64_t> slow_ios_{0};
 };
 
 }  // namespace ubcache

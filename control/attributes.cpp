@@ -273,6 +273,12 @@ std::vector<Attribute> BuildTable() {
                      Writeback* wb = r.target().device->writeback();
                      return Value::Int(wb ? wb->errors() : 0);
                    }));
+  t.push_back(Stat("sequential_bypasses", bdev, "requests sent around the cache because their run reached sequential_cutoff",
+                   "sequential_bypasses_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->sequential_bypasses()); }));
+  t.push_back(Stat("congested_bypasses", bdev, "requests sent around the cache because the cache device was congested",
+                   "congested_bypasses_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->congested_bypasses()); }));
   {
     Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state", "state",
                        MetricType::kGauge, [](Reading& r) {
@@ -331,6 +337,10 @@ std::vector<Attribute> BuildTable() {
   t.push_back(Stat("congested", cset, "the congestion score: below 0 while the cache device is slow",
                    "congested", MetricType::kGauge,
                    [](Reading& r) { return Value::Real(static_cast<double>(r.target().set->congestion().score())); }));
+  t.push_back(Stat("congested_slow_ios", cset,
+                   "cache device completions slower than their congested threshold since start",
+                   "congested_slow_ios_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().set->congestion().slow_ios()); }));
   t.push_back(Stat("bucket_size", cset, "bytes per bucket", "bucket_size_bytes", MetricType::kGauge,
                    [](Reading& r) { return Value::Int(r.target().set->options().bucket_size); }));
   t.push_back(Stat("nbuckets", cset, "buckets on the cache device", "buckets", MetricType::kGauge,

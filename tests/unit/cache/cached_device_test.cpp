@@ -128,6 +128,8 @@ TEST_CASE("a sequential stream past the cutoff bypasses the cache") {
   for (uint64_t off = 0; off < (4 << 20); off += 128 << 10) CHECK(rig.ReadMatches(off, 128 << 10, 1));
   auto s = rig.Stats();
   CHECK(s.bypassed >= 3 << 20);
+  CHECK(rig.dev->sequential_bypasses() >= 24);  // the requests past the first 1 MiB
+  CHECK(rig.dev->congested_bypasses() == 0);
 }
 
 TEST_CASE("stale pointer falls back to the backing device") {

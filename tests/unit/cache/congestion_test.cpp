@@ -40,12 +40,14 @@ TEST_CASE("a completion exactly at the threshold is not slow") {
   c.Observe(kRead, kRead, kT0);
   REQUIRE(c.score() == 0);
   REQUIRE(c.CongestedCutoff(kRead, kWrite, kT0) == 0);
+  REQUIRE(c.slow_ios() == 0);
 }
 
 TEST_CASE("a slow completion above the threshold makes the cutoff non-zero") {
   Congestion c;
   c.Observe(10 * 1024, kRead, kT0);  // 10 ms on a 2 ms threshold
   REQUIRE(c.score() == -10);
+  REQUIRE(c.slow_ios() == 1);
   uint64_t cutoff = c.CongestedCutoff(kRead, kWrite, kT0);
   REQUIRE(cutoff > 0);
   REQUIRE(cutoff % 512 == 0);  // whole sectors, as bcache's
