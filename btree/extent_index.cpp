@@ -140,6 +140,7 @@ ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, co
       bucket_bytes_(o.bucket_bytes),
       on_dirty_(o.on_dirty),
       check_data_(o.check_data),
+      on_replayed_insert_(o.on_replayed_insert),
       cache_bytes_(o.cache_bytes),
       chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]) {
   for (size_t i = 0; i < kChunkSlots; i++) chunk_seq_[i].store(0, std::memory_order_relaxed);
@@ -229,7 +230,10 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
               pos, seq);
       break;
     }
-    for (const JournalOp& op : ops) UB_RETURN_IF_ERROR(idx->ApplyJournalOp(op));
+    for (const JournalOp& op : ops) {
+      UB_RETURN_IF_ERROR(idx->ApplyJournalOp(op));
+      if (op.type == JournalOp::Type::kInsert && idx->on_replayed_insert_) idx->on_replayed_insert_(op.extent);
+    }
     for (auto& sh : idx->shards_) {
       MutexLock l(&sh->mu);
       idx->EvictLocked(sh.get());

@@ -80,6 +80,9 @@ class ExtentIndex {
     // piece.len bytes whose XXH3-64 is `hash` — asked of each checked insert
     // in an unconfirmed journal entry (see Commit). Unset: every check holds.
     std::function<bool(const Extent& piece, uint64_t hash)> check_data;
+    // Open: told each insert the journal replay applied, so the cache can
+    // mark the bucket it points into as recently filled.
+    std::function<void(const Extent& e)> on_replayed_insert;
   };
   // What a checkpoint hands to persist besides the root: node addresses the
   // new root no longer reaches (freed once it is durable), and the dirty
@@ -236,6 +239,7 @@ class ExtentIndex {
   const uint64_t bucket_bytes_;
   const std::function<void(uint64_t, int64_t)> on_dirty_;
   const std::function<bool(const Extent&, uint64_t)> check_data_;
+  const std::function<void(const Extent&)> on_replayed_insert_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> cache_bytes_;
   std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged

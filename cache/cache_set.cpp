@@ -128,6 +128,10 @@ ExtentIndex::Options CacheSet::IndexOptions() {
     Status st = SyncRead(*cache_dev_, e.cache_offset, e.len, buf.data());
     return st.ok() && Hash64(buf.data(), e.len) == hash;
   };
+  // The checkpoint's table (and ApplyGens) left every bucket filled after it
+  // as an empty data bucket of the lowest priority, first in line for
+  // reclaim: the replayed extents in it would be dropped at once.
+  io.on_replayed_insert = [this](const Extent& e) { buckets_->Touch(buckets_->BucketOf(e.cache_offset)); };
   return io;
 }
 

@@ -85,7 +85,7 @@ TEST_CASE("an insert exactly over an extent replaces it") {
   CHECK(idx->stats().extents == 1);
 }
 
-TEST_CASE("invalidate in the middle splits an extent; at the edges trims it") {
+TEST_CASE("invalidate in the middle splits an extent, at the edges trims it") {
   MemNodeStore store(4096);
   auto idx = MustCreate(&store);
   REQUIRE(idx->Insert(Ext(0, 0, 16, 100)).ok());
@@ -176,7 +176,7 @@ TEST_CASE("checkpoint then reopen gives the same extents") {
   CHECK(LookupAll(*idx, 1, 2 * 4, 1) == V{Ext(1, 8, 1, 4)});
 }
 
-TEST_CASE("committed operations survive a crash; uncommitted ones vanish") {
+TEST_CASE("committed operations survive a crash, uncommitted ones vanish") {
   MemNodeStore store(4096);
   IndexRoot root;
   {

@@ -219,7 +219,7 @@ TEST_CASE("a failed journal append keeps the ops for the next commit") {
   CHECK(LookupAll(*f.idx, 0, 0, 100) == V{Ext(0, 0, 4, 100), Ext(0, 8, 4, 200)});
 }
 
-TEST_CASE("soft entries: replayed only as far as their data checks hold; their clean inserts are forgotten") {
+TEST_CASE("soft entries: replayed only as far as their data checks hold, their clean inserts are forgotten") {
   // The cache device's contents as a power cut left them: 4 KiB blocks by
   // cache offset. check_data hashes what is there.
   std::map<uint64_t, std::vector<uint8_t>> media;

@@ -92,7 +92,7 @@ TEST_CASE("the congested cutoff follows bcache's fract_exp_two curve in bytes") 
   }
 }
 
-TEST_CASE("barely congested, the cutoff is about 32 MiB; fully congested, one sector") {
+TEST_CASE("barely congested, the cutoff is about 32 MiB, fully congested, one sector") {
   Congestion barely;
   barely.Observe(1024, 1, kT0);
   REQUIRE(barely.CongestedCutoff(kRead, kWrite, kT0) == 65024ull * 512);

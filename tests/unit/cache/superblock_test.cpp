@@ -558,7 +558,7 @@ TEST_CASE("NewBackingSuperblock: detached by default, attached and clean with a 
 
 // --- names ------------------------------------------------------------------
 
-TEST_CASE("uuids print as 8-4-4-4-12 hex and parse back; random ones are version 4") {
+TEST_CASE("uuids print as 8-4-4-4-12 hex and parse back, random ones are version 4") {
   Uuid u = U(0xa0);
   CHECK(FormatUuid(u) == "a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
   CHECK(ParseUuid(FormatUuid(u)) == u);

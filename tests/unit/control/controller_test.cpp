@@ -132,7 +132,7 @@ TEST_CASE("metrics are valid Prometheus text with one TYPE per family") {
   CHECK(out->find("ubcache_cache_mode{device=\"disk\",mode=\"writethrough\"} 1\n") != std::string::npos);
 }
 
-TEST_CASE("detach serves from the backing device and marks the superblock detached; attach undoes it") {
+TEST_CASE("detach serves from the backing device and marks the superblock detached, attach undoes it") {
   ControlRig rig;
   Controller c({rig.target});
   REQUIRE(Run(c, "ubcache-ctl/1 set sequential_cutoff 0").ok());
