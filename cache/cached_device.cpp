@@ -100,9 +100,11 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
       k.congested_read_threshold_us.load(std::memory_order_relaxed),
       k.congested_write_threshold_us.load(std::memory_order_relaxed), now / 1000);
   if (cutoff == 0 && congested == 0) return false;
-  auto& det = detectors_[Reactor::Current()->id()];
-  if (!det) det = std::make_unique<SequentialDetector>();
-  uint64_t run = det->Observe(dev_, req.offset, req.len, now);
+  uint64_t run;
+  {
+    MutexLock l(&detector_mu_);
+    run = detector_.Observe(dev_, req.offset, req.len, now);
+  }
   if (cutoff && run >= cutoff) {
     sequential_bypasses_.fetch_add(1, std::memory_order_relaxed);
     return true;

@@ -46,6 +46,7 @@
 #include "cache/writeback.h"
 #include "cache/sequential_detector.h"
 #include "cache/stats.h"
+#include "util/thread_annotations.h"
 
 namespace ubcache {
 
@@ -158,7 +159,12 @@ class CachedDevice final : public BlockDevice {
   std::atomic<uint64_t> sequential_bypasses_{0};
   std::atomic<uint64_t> congested_bypasses_{0};
   std::atomic<bool> attached_{true};
-  std::array<std::unique_ptr<SequentialDetector>, Reactor::kMaxReactors> detectors_;
+  // One detector for the device, as bcache's per-cached_dev one: a client
+  // with several connections (nbdfuse, qemu, the kernel's nbd -C) spreads one
+  // stream over several reactors, and per-reactor detectors each saw only
+  // gaps in it.
+  Mutex detector_mu_;
+  SequentialDetector detector_ GUARDED_BY(detector_mu_);
   BackingSuper* const super_;
   std::atomic<uint64_t> last_request_ns_{0};       // any client request
   std::atomic<uint64_t> last_backing_read_ns_{0};  // a miss read the backing device

@@ -4,26 +4,39 @@ namespace ubcache {
 
 uint64_t SequentialDetector::Observe(uint32_t dev, uint64_t offset, uint64_t len, uint64_t now_ns) {
   // bcache hashes the start sector into a small table; a linear scan of 128
-  // entries is as fast here and finds the continued stream exactly.
-  Recent* hit = nullptr;
+  // entries is as fast here and finds the adjacent streams exactly.
+  Recent* after = nullptr;   // the stream this I/O continues (it ended at offset)
+  Recent* before = nullptr;  // the stream this I/O precedes (it starts at offset + len)
   Recent* oldest = &recent_[0];
   for (Recent& r : recent_) {
-    if (r.dev == dev && r.last == offset && now_ns < r.expires) {
-      hit = &r;
-      break;
+    if (r.dev == dev && now_ns < r.expires) {
+      if (!after && r.last == offset) after = &r;
+      else if (!before && r.first == offset + len) before = &r;
     }
     if (r.lru < oldest->lru) oldest = &r;
   }
-  if (!hit) {
-    hit = oldest;  // a new stream replaces the least recently used one
-    hit->dev = dev;
-    hit->run = 0;
+  Recent* s = after ? after : before;
+  if (!s) {
+    s = oldest;  // a new stream replaces the least recently used one
+    s->dev = dev;
+    s->first = offset;
+    s->last = offset + len;
+    s->run = 0;
+  } else if (after && before) {
+    // This I/O fills the gap between two pieces of one stream that arrived
+    // out of order: one stream again.
+    after->last = before->last;
+    after->run += before->run;
+    *before = Recent{};
+  } else if (after) {
+    after->last = offset + len;
+  } else {
+    before->first = offset;
   }
-  hit->run += len;
-  hit->last = offset + len;
-  hit->expires = now_ns + kExpiryNanos;
-  hit->lru = ++clock_;
-  return hit->run;
+  s->run += len;
+  s->expires = now_ns + kExpiryNanos;
+  s->lru = ++clock_;
+  return s->run;
 }
 
 }  // namespace ubcache

@@ -1,11 +1,14 @@
 // SequentialDetector: bcache's stream detection (request.c,
-// check_should_bypass). It remembers the end offsets of the last 128 I/Os;
-// an I/O that starts where a remembered one ended, within 5 s, continues
-// that stream and adds its length to the stream's run. The caller compares
-// the run with the (possibly congestion-shrunk) cutoff.
+// check_should_bypass). It remembers the last 128 streams, each a contiguous
+// range; an I/O that starts where a stream ended, within 5 s, continues that
+// stream and adds its length to the stream's run. Unlike bcache, an I/O that
+// ends where a stream starts joins it too, and one that fills the gap
+// between two streams joins them: a client with several connections (or
+// several queues) delivers one stream's requests out of order, and exact
+// continuation alone would see only fragments of it. A gap never joins. The
+// caller compares the run with the (possibly congestion-shrunk) cutoff.
 //
-// Thread safety: none. CachedDevice keeps one detector per reactor thread,
-// which also keeps one client's streams apart from another's.
+// Thread safety: none. CachedDevice keeps one per device, under a mutex.
 #pragma once
 
 #include <array>
@@ -25,7 +28,8 @@ class SequentialDetector {
  private:
   struct Recent {
     uint32_t dev = 0;
-    uint64_t last = UINT64_MAX;  // end offset of the stream's latest I/O
+    uint64_t first = UINT64_MAX;  // start of the stream's range
+    uint64_t last = UINT64_MAX;   // end of the stream's range
     uint64_t run = 0;            // bytes in the stream so far
     uint64_t expires = 0;
     uint64_t lru = 0;            // higher = used more recently

@@ -52,6 +52,28 @@ TEST_CASE("an I/O that skips ahead, re-reads or overlaps starts a new stream") {
   REQUIRE(d.Observe(1, 132 * kKiB, 4 * kKiB, kT0) == 68 * kKiB);
 }
 
+TEST_CASE("a stream whose I/Os arrive out of order, as over several connections, is one stream") {
+  SequentialDetector d;
+  const uint64_t len = 128 * kKiB;
+  // Pieces 0..31 (4 MiB): pairs swapped, and pieces that arrive before the
+  // ones ahead of them (6 7 before 4 5: 5 then joins two streams).
+  const int order[] = {1, 0, 3, 2, 6, 7, 4, 5, 9, 8, 10, 11, 14, 12, 15, 13};
+  uint64_t run = 0;
+  for (int round = 0; round < 2; round++)
+    for (int i : order) run = d.Observe(1, (round * 16 + i) * len, len, kT0 + i);
+  REQUIRE(run == 32 * len);  // every piece counted in one run
+  REQUIRE(run >= kCutoff);
+  // The next piece continues it.
+  REQUIRE(d.Observe(1, 32 * len, len, kT0 + 100) == 33 * len);
+}
+
+TEST_CASE("an I/O that ends where a stream starts joins it, a gap still does not") {
+  SequentialDetector d;
+  REQUIRE(d.Observe(1, 1 * kMiB, 64 * kKiB, kT0) == 64 * kKiB);
+  REQUIRE(d.Observe(1, 1 * kMiB - 64 * kKiB, 64 * kKiB, kT0) == 128 * kKiB);
+  REQUIRE(d.Observe(1, 1 * kMiB - 132 * kKiB, 64 * kKiB, kT0) == 64 * kKiB);  // 4 KiB short
+}
+
 TEST_CASE("a stream silent for 5 s expires and its next I/O starts a new run") {
   const uint64_t len = 1 * kMiB;
   SECTION("1 ns short of 5 s the stream continues") {
