@@ -17,43 +17,19 @@ CACHE=$WORK/scaling-cache.img
 BACKING=$WORK/scaling-backing.img
 ALONE=$WORK/scaling-alone.img
 SIZE=4G
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/scaling.XXXXXX")
-MNT=$tmp/mnt FUSE_DIR=$tmp/fuse
-mkdir -p "$MNT" "$FUSE_DIR"
-LOOP="" SRV="" FUSE=""
-
-cleanup() {
-  set +e
-  mountpoint -q "$MNT" && { timeout 60 umount "$MNT" || umount -l "$MNT"; }
-  [[ -n $LOOP ]] && losetup -d "$LOOP"
-  if [[ -n $FUSE ]]; then timeout 30 fusermount3 -u "$FUSE_DIR" 2>/dev/null || fusermount3 -uz "$FUSE_DIR"; wait "$FUSE" 2>/dev/null; fi
-  [[ -n $SRV ]] && { kill "$SRV"; wait "$SRV" 2>/dev/null; }
-  LOOP="" SRV="" FUSE=""
-}
-trap 'cleanup; rm -rf "$tmp"' EXIT
-
-for f in "$CACHE" "$BACKING" "$ALONE"; do
-  [[ $(stat -c %s "$f" 2>/dev/null || echo 0) == $(to_bytes $SIZE) ]] || { rm -f "$f"; fallocate -l $SIZE "$f"; }
-done
+fs_setup
+for f in "$CACHE" "$BACKING" "$ALONE"; do sized_file "$f" $SIZE; done
 
 # up TARGET: ext4 on TARGET (ubcache or alone), mounted at $MNT.
 up() {
   if [[ $1 == ubcache ]]; then
     "$UBCACHE" format --cache "$CACHE" --backing "$BACKING" --force >"$SUITE_DIR/format.log" 2>&1
-    "$UBCACHE" serve --cache "$CACHE" --backing "sas:$BACKING" --nbd "unix:$tmp/s.sock" \
-      --control "$tmp/c.ctl" >>"$SUITE_DIR/server.log" 2>&1 &
-    SRV=$!
-    for _ in $(seq 100); do [[ -S $tmp/s.sock ]] && break; sleep 0.1; done
-    [[ -S $tmp/s.sock ]] || { echo "scaling: ubcache serve did not start" >&2; return 1; }
-    nbdfuse "$FUSE_DIR/disk" --unix "$tmp/s.sock" 2>>"$SUITE_DIR/nbdfuse.log" &
-    FUSE=$!
-    for _ in $(seq 200); do [[ -f $FUSE_DIR/disk ]] && break; sleep 0.1; done
-    LOOP=$(losetup -f --show "$FUSE_DIR/disk")
+    serve_up "$SUITE_DIR/server.log" --cache "$CACHE" --backing "sas:$BACKING"
+    fs_up_export
   else
-    LOOP=$(losetup -f --show --direct-io=on "$ALONE")
+    fs_up_file "$ALONE"
   fi
-  mkfs.ext4 -q -F -E nodiscard "$LOOP" >"$SUITE_DIR/mkfs-$1.log" 2>&1
-  mount -t ext4 "$LOOP" "$MNT"
+  fs_mkfs "$SUITE_DIR/mkfs-$1.log"
 }
 
 : >"$SUITE_DIR/points.tsv"
@@ -73,7 +49,7 @@ for target in ubcache alone; do
     echo "scaling: $target $c clients: $mbs MB/s, max latency ${lat:-?} ms"
   done
   rm -rf "$MNT/clients"
-  cleanup
+  fs_down
 done
 
 "${PYTHON:-python3}" - "$SUITE_DIR" "$secs" "$SIZE" <<'PY'
