@@ -7,7 +7,8 @@
 # target after the other at each client count. Throughput (MB/s) and max
 # latency (ms) per point, as dbench reports them. --quick: 1, 4, 16, 64,
 # 128 clients, 8 s each; else 1, 2, 4, … 128, 30 s each. Environment
-# SCALE_CLIENTS, SCALE_SECONDS override.
+# SCALE_CLIENTS, SCALE_SECONDS override; SCALE_SERVE_ARGS adds serve flags
+# (e.g. "--cache-mode writeback").
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
@@ -24,7 +25,7 @@ for f in "$CACHE" "$BACKING" "$ALONE"; do sized_file "$f" $SIZE; done
 up() {
   if [[ $1 == ubcache ]]; then
     "$UBCACHE" format --cache "$CACHE" --backing "$BACKING" --force >"$SUITE_DIR/format.log" 2>&1
-    serve_up "$SUITE_DIR/server.log" --cache "$CACHE" --backing "sas:$BACKING"
+    serve_up "$SUITE_DIR/server.log" --cache "$CACHE" --backing "sas:$BACKING" ${SCALE_SERVE_ARGS:-}
     fs_up_export
   else
     fs_up_file "$ALONE"
