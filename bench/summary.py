@@ -609,18 +609,20 @@ def r_tuning(d, plots):
         bh, bm = c.get("stats_total/cache_bypass_hits", 0), c.get("stats_total/cache_bypass_misses", 0)
         reads = hits + miss + bh + bm
         crow.append([tune_label(cfg), f0(r.get("prepare_s")), f0(pc.get("sequential_bypasses")),
-                     f0((pc.get("stats_total/bypassed") or 0) / (1 << 20)), f0(pc.get("dirty_data", 0) / (1 << 20)),
+                     f0(pc.get("congested_bypasses")), f0((pc.get("stats_total/bypassed") or 0) / (1 << 20)), f0(pc.get("dirty_data", 0) / (1 << 20)),
                      f"{100 * (hits + bh) / reads:.0f} %" if reads else "—", f0(bm + bh),
                      f0(c.get("congested_bypasses")), f0(c.get("congested_slow_ios")), f0(c.get("congested_min")),
                      f0(c.get("sequential_bypasses"))])
     if crow:
         out += ["### Why: ubcache's counters (first repeat)", "",
-                "After the prepare: requests past sequential_cutoff, MiB that bypassed the cache, dirty MiB. During "
+                "After the prepare: requests past sequential_cutoff, requests bypassed for congestion, MiB that "
+                "bypassed the cache, dirty MiB. During "
                 "the 48-thread sysbench run: the read hit rate, reads that bypassed the cache, and why — requests "
                 "bypassed for congestion, cache completions slower than their congested threshold, the lowest "
                 "congestion score seen (sampled each second; 0 = not congested, −1024 = fully congested) — and "
                 "requests past sequential_cutoff.", ""]
-        out += table(["configuration", "prepare s", "prepare: cutoff bypasses", "prepare: bypassed MiB",
+        out += table(["configuration", "prepare s", "prepare: cutoff bypasses", "prepare: congested bypasses",
+                      "prepare: bypassed MiB",
                       "prepare: dirty MiB", "run: read hit rate", "run: bypassed reads", "run: congested bypasses",
                       "run: slow cache I/Os", "run: lowest score", "run: cutoff bypasses"], crow)
     p = plots.ratio_bars("tuning", "tuning: sysbench rndrw 48 threads, × the backing device alone", bars)
