@@ -460,6 +460,15 @@ def r_latency(d, plots):
         rows.append([LAT_LABEL.get(c, c), *cells, f"{f0(m['iops'])}", ratio, f0(cpu)])
     out += table(["configuration", "p50 µs", "p99 µs", "p99.9 µs", "IOPS", "ubcache p50 / this p50", "server CPU %"],
                  rows)
+    p50 = {c: x["median"]["p50_us"] for c, x in sv.items()}
+    if all(p50.get(c) is not None for c in ("ubcache", "raw", "null")):
+        added = {c: p50[c] - p50["raw"] for c in ("ubcache", "nbdkit", "qemu-nbd") if p50.get(c) is not None}
+        limit = p50["raw"] + p50["null"] + 10
+        out += ["Added over the raw file's p50 (medians): "
+                + ", ".join(f"{LAT_LABEL.get(c, c)} +{f0(v)} µs" for c, v in added.items())
+                + f"; the protocol alone (nbdkit null's p50) costs {f0(p50['null'])} µs. Target (issue 12): ubcache's "
+                f"p50 ≤ raw + null + 10 µs = {f0(limit)} µs — {f0(p50['ubcache'])} µs: "
+                + ("PASS" if p50["ubcache"] <= limit else "MISS"), ""]
     h = d.get("ubcache_hits")
     if h:
         out += [f"ubcache's counters over the measured runs: {h['hits']} hits, {h['misses']} misses "
