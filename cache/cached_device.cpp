@@ -100,6 +100,11 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
       k.congested_read_threshold_us.load(std::memory_order_relaxed),
       k.congested_write_threshold_us.load(std::memory_order_relaxed), now / 1000);
   if (cutoff == 0 && congested == 0) return false;
+  // bcache's check_should_bypass: in writeback, a sync write (here: FUA, the
+  // only sync hint NBD and ublk carry — a journal commit, an O_DSYNC write)
+  // is cached whatever its stream, unless the cache is congested; making it
+  // wait for the backing device is what the cache is there to avoid.
+  if (write && mode == CacheMode::kWriteback && (req.flags & kIoFua) && congested == 0) return false;
   uint64_t run;
   {
     MutexLock l(&detector_mu_);

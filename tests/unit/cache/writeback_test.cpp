@@ -239,6 +239,23 @@ TEST_CASE("writeback: a FUA write survives a power cut with no FLUSH") {
   CHECK(r.Read(*r.dev, 8 * kBlock, 2 * kBlock) == Pattern(2 * kBlock, 7));
 }
 
+TEST_CASE("writeback: FUA writes are cached past the sequential cutoff, plain ones bypass (bcache's sync rule)") {
+  Rig r;
+  r.set->knobs().sequential_cutoff = 64 * kBlock;
+  // Two streams of 128 blocks, one FUA, one plain: the plain one bypasses
+  // past its first 64 blocks; the FUA one is all dirty in the cache.
+  for (uint64_t i = 0; i < 128; i++) r.Write((1024 + i) * kBlock, kBlock, i, kIoFua);
+  CHECK(r.dev->dirty_bytes() == 128 * kBlock);
+  CHECK(r.dev->sequential_bypasses() == 0);
+  for (uint64_t i = 0; i < 128; i++) r.Write((4096 + i) * kBlock, kBlock, i);
+  CHECK(r.dev->sequential_bypasses() >= 60);
+  CHECK(r.dev->dirty_bytes() <= (128 + 70) * kBlock);
+  for (uint64_t i = 0; i < 128; i += 17) {
+    CHECK(r.Read(*r.dev, (1024 + i) * kBlock, kBlock) == Pattern(kBlock, i));
+    CHECK(r.Read(*r.dev, (4096 + i) * kBlock, kBlock) == Pattern(kBlock, i));
+  }
+}
+
 TEST_CASE("writeback: data is marked clean only once the backing device has flushed it") {
   Rig r;
   for (uint64_t i = 0; i < 32; i++) r.Write(i * 16 * kBlock, 4 * kBlock, i);
