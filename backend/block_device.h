@@ -82,6 +82,14 @@ class BlockDevice {
   // One line for logs: "uring /data/cache.img (1.0 GiB, O_DIRECT)".
   virtual std::string Describe() const { return spec_; }
 
+  // Whether a seek costs milliseconds. Decides whether a backing device gets
+  // a DeadlineScheduler (serve --backing-scheduler auto). Only the spindle
+  // model says yes today: the kernel's own "rotational" flag is 1 for most
+  // virtual disks (virtio-blk over NVMe here), and a real spindle has the
+  // kernel's scheduler below us already; `--backing-scheduler deadline`
+  // asks for ours on any device.
+  virtual bool rotational() const { return false; }
+
   // A hint that [offset, offset+len) will be read soon (NBD_CMD_CACHE). A
   // device with nothing to warm completes it at once; the cache reads the
   // range in, as bcache does for readahead. The range is validated like a read.

@@ -68,6 +68,7 @@ class FaultDevice final : public BlockDevice {
   // `config` must pass CheckFaultConfig for `lower`.
   FaultDevice(std::string spec, std::unique_ptr<BlockDevice> lower, FaultConfig config);
   std::string Describe() const override;
+  bool rotational() const override { return lower_->rotational(); }
 
   void SetConfig(FaultConfig config) EXCLUDES(mu_);
   FaultConfig config() const EXCLUDES(mu_);

@@ -22,6 +22,7 @@ class ModelDevice final : public BlockDevice {
  public:
   ModelDevice(std::string spec, std::unique_ptr<BlockDevice> lower, SpindleParams params);
   std::string Describe() const override;
+  bool rotational() const override { return true; }
   const SpindleParams& params() const { return params_; }
 
  protected:

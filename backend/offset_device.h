@@ -14,6 +14,7 @@ class OffsetDevice final : public BlockDevice {
                     lower->logical_block_size(), lower->read_only()),
         lower_(lower),
         offset_(offset) {}
+  bool rotational() const override { return lower_->rotational(); }
   std::string Describe() const override {
     return lower_->Describe() + " from byte " + std::to_string(offset_);
   }

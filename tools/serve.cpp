@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/block_device.h"
+#include "backend/deadline_scheduler.h"
 #include "backend/offset_device.h"
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
@@ -142,6 +143,10 @@ int ServeMain(int argc, char** argv) {
             "  nbdfuse DIR/disk --unix PATH");
   args.Option("backing", "SPEC", "the device to serve (repeatable with --cache)", std::nullopt, true)
       .Option("cache", "SPEC", "a cache device to put in front of every backing device")
+      .Option("backing-scheduler", "S",
+              "order of requests at each backing device: deadline (reads first, writes "
+              "batched, one request at a time), none, or auto (deadline on a modelled spindle)",
+              "auto")
       .Option("bucket-size", "SIZE", "cache bucket size", "512k")
       .Option("btree-cache-size", "SIZE", "memory for index nodes", "64M")
       .Option("cache-mode", "MODE", "writethrough, writeback, writearound, none", "writethrough")
@@ -246,12 +251,18 @@ int ServeMain(int argc, char** argv) {
     } else if (*kind != SuperblockKind::kNone) {
       Die(2, spec + ": holds a cache superblock; a cache device goes to --cache");
     }
+    std::unique_ptr<BlockDevice> data;
     if (data_offset > 0) {
       raw_backings.push_back(std::move(dev).value());
-      backings.push_back(std::make_unique<OffsetDevice>(raw_backings.back().get(), data_offset));
+      data = std::make_unique<OffsetDevice>(raw_backings.back().get(), data_offset);
     } else {
-      backings.push_back(std::move(dev).value());
+      data = std::move(dev).value();
     }
+    // The superblock is read and written above the scheduler (rarely, and
+    // synchronously); only the data goes through it.
+    auto scheduled = WithScheduler(std::move(data), args.Get("backing-scheduler"));
+    if (!scheduled.ok()) args.UsageError("--backing-scheduler: " + scheduled.status().message());
+    backings.push_back(std::move(scheduled).value());
   }
 
   std::unique_ptr<BlockDevice> cache_dev;
