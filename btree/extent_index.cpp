@@ -142,8 +142,7 @@ ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, co
       check_data_(o.check_data),
       on_replayed_insert_(o.on_replayed_insert),
       cache_bytes_(o.cache_bytes),
-      chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]) {
-  for (size_t i = 0; i < kChunkSlots; i++) chunk_seq_[i].store(0, std::memory_order_relaxed);
+      chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]()) {  // zeros (C++20 atomics value-initialise)
   for (uint32_t i = 0; i < nshards; i++) {
     auto sh = std::make_unique<Shard>();
     MutexLock l(&sh->mu);

@@ -282,19 +282,20 @@ int ServeMain(int argc, char** argv) {
     co.btree_cache_size = *btree_cache;
     auto kind = Probe(*cache_dev);
     if (!kind.ok()) Die(2, args.Get("cache") + ": " + kind.status().message());
-    Result<std::unique_ptr<CacheSet>> s = Status::OK();
-    if (*kind == SuperblockKind::kCache) {
+    if (*kind != SuperblockKind::kCache && *kind != SuperblockKind::kNone)
+      Die(2, args.Get("cache") + ": holds a backing or bcache superblock, not a cache");
+    auto open_set = [&]() -> Result<std::unique_ptr<CacheSet>> {
+      if (*kind == SuperblockKind::kNone) {
+        UB_INFO("{}: no cache superblock: the index is kept in memory and every start is cold "
+                "(warm restart needs `ubcache format --cache`)", args.Get("cache"));
+        return CacheSet::Create(cache_dev.get(), co);
+      }
       // A formatted cache keeps its geometry and its index (warm restart).
       auto sb = ReadCacheSuperblock(*cache_dev);
       if (!sb.ok()) Die(2, args.Get("cache") + ": " + sb.status().message());
-      s = CacheSet::Open(cache_dev.get(), *sb, co);
-    } else if (*kind != SuperblockKind::kNone) {
-      Die(2, args.Get("cache") + ": holds a backing or bcache superblock, not a cache");
-    } else {
-      UB_INFO("{}: no cache superblock: the index is kept in memory and every start is cold "
-              "(warm restart needs `ubcache format --cache`)", args.Get("cache"));
-      s = CacheSet::Create(cache_dev.get(), co);
-    }
+      return CacheSet::Open(cache_dev.get(), *sb, co);
+    };
+    Result<std::unique_ptr<CacheSet>> s = open_set();
     if (!s.ok()) Die(2, s.status().message());
     set = std::move(s).value();
     io_opt = static_cast<uint32_t>(set->options().bucket_size);
