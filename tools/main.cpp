@@ -21,7 +21,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"serve", "serve a device (or a cache in front of one) over NBD", ubcache::ServeMain},
+    {"serve", "serve a device (or a cache in front of one) over NBD and/or as ublk /dev/ublkbN", ubcache::ServeMain},
     {"format", "write a cache or backing superblock (bcache layout for backing)", ubcache::FormatMain},
     {"show-super", "print every field of a cache or backing superblock", ubcache::ShowSuperMain},
     {"ctl", "control a running serve: knobs, statistics, metrics, detach/attach", ubcache::CtlMain},
