@@ -417,6 +417,16 @@ void PrintCache(const CacheSuperblock& sb, bool json) {
       f.Num("index_generation", root->generation);
       f.Num("index_extents", extents);
       f.Num("index_nodes", nodes);
+      // Byte offsets on the cache device of the shards' root nodes (empty
+      // shards have none): where a debugging session, or a test that
+      // damages metadata on purpose, finds the index.
+      std::string addrs;
+      for (const ShardRoot& r : root->shards) {
+        if (r.addr == kNoNode) continue;
+        if (!addrs.empty()) addrs += " ";
+        addrs += std::to_string(r.addr);
+      }
+      f.Str("index_root_nodes", addrs);
     } else {
       f.Str("index_root", root.status().message());
     }

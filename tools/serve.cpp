@@ -31,6 +31,12 @@ namespace ubcache {
 
 namespace {
 
+// `st`'s message about the device `spec`, named once: the superblock
+// readers already put the spec first.
+std::string About(const std::string& spec, const Status& st) {
+  return st.message().rfind(spec + ": ", 0) == 0 ? st.message() : spec + ": " + st.message();
+}
+
 // Applies the policy flags (bcache's knob names) to a cache set's knobs.
 void ApplyKnobFlags(const Args& args, CacheKnobs& k) {
   auto fail = [&](const Status& st) { args.UsageError(st.message()); };
@@ -227,10 +233,10 @@ int ServeMain(int argc, char** argv) {
     if (!dev.ok()) Die(2, dev.status().message());
     uint64_t data_offset = 0;
     auto kind = Probe(**dev);
-    if (!kind.ok()) Die(2, spec + ": " + kind.status().message());
+    if (!kind.ok()) Die(2, About(spec, kind.status()));
     if (*kind == SuperblockKind::kBacking) {
       auto sb = ReadBackingSuperblock(**dev);
-      if (!sb.ok()) Die(2, spec + ": " + sb.status().message());
+      if (!sb.ok()) Die(2, About(spec, sb.status()));
       if (sb->state == BackingState::kDirty && !args.Has("cache"))
         Die(2, spec + ": the backing device is dirty (its cache holds newer data); serve it with "
                       "its --cache");
@@ -281,7 +287,7 @@ int ServeMain(int argc, char** argv) {
     if (!btree_cache.ok()) args.UsageError("--btree-cache-size: " + btree_cache.status().message());
     co.btree_cache_size = *btree_cache;
     auto kind = Probe(*cache_dev);
-    if (!kind.ok()) Die(2, args.Get("cache") + ": " + kind.status().message());
+    if (!kind.ok()) Die(2, About(args.Get("cache"), kind.status()));
     if (*kind != SuperblockKind::kCache && *kind != SuperblockKind::kNone)
       Die(2, args.Get("cache") + ": holds a backing or bcache superblock, not a cache");
     auto open_set = [&]() -> Result<std::unique_ptr<CacheSet>> {
@@ -292,7 +298,7 @@ int ServeMain(int argc, char** argv) {
       }
       // A formatted cache keeps its geometry and its index (warm restart).
       auto sb = ReadCacheSuperblock(*cache_dev);
-      if (!sb.ok()) Die(2, args.Get("cache") + ": " + sb.status().message());
+      if (!sb.ok()) Die(2, About(args.Get("cache"), sb.status()));
       return CacheSet::Open(cache_dev.get(), *sb, co);
     };
     Result<std::unique_ptr<CacheSet>> s = open_set();
