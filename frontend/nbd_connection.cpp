@@ -15,8 +15,12 @@ namespace ubcache {
 namespace {
 
 constexpr size_t kRecvBufferSize = 256 << 10;
-// Requests executing or waiting to be sent before we stop reading more;
-// a client cannot make the server buffer without bound.
+// Requests executing or waiting to be sent, and the bytes of their
+// buffers, before we stop reading more: a client cannot make the server
+// buffer without bound. The request that crosses the byte limit is still
+// taken, so a connection holds at most kNbdMaxLiveBytes + one payload
+// (nbd::kMaxPayload) + the receive buffer — the per-connection bound
+// `serve --help` states.
 constexpr uint32_t kMaxLiveOps = 512;
 constexpr size_t kMaxIovPerSend = 512;
 // A WRITE payload at least this large that has not all arrived is received
@@ -84,7 +88,7 @@ void NbdConnection::Start() {
 void NbdConnection::BeginShutdown() { StopReading("server shutting down"); }
 
 void NbdConnection::ArmRecv() {
-  if (!reading_ || recv_inflight_ || ops_live_ >= kMaxLiveOps) return;
+  if (!reading_ || recv_inflight_ || Full()) return;
   io_uring_sqe* sqe = reactor_->PrepareSqe(&recv_c_);
   if (phase_ == Phase::kPayload && payload_direct_) {
     // The rest of a large WRITE's payload goes straight into its buffer, in
@@ -168,7 +172,7 @@ bool NbdConnection::ProcessHandshake() {
 }
 
 bool NbdConnection::ProcessRequests() {
-  while (reading_ && ops_live_ < kMaxLiveOps) {
+  while (reading_ && !Full()) {
     size_t avail = rend_ - rstart_;
     if (phase_ == Phase::kPayload) {
       if (payload_direct_) return false;  // arriving straight into its buffer
@@ -229,6 +233,7 @@ void NbdConnection::StartRequest(const nbd::Request& req) {
       return;
     }
     op->buf = BufferPool::ForThread().Get(req.length, &op->cap);
+    live_bytes_ += op->cap;
     size_t n = std::min<size_t>(rend_ - rstart_, req.length);
     std::memcpy(op->buf, rbuf_.data() + rstart_, n);
     rstart_ += n;
@@ -265,6 +270,7 @@ void NbdConnection::Execute(Op* op) {
   switch (r.type) {
     case nbd::kCmdRead:
       op->buf = BufferPool::ForThread().Get(r.length, &op->cap);
+      live_bytes_ += op->cap;
       dev_->Read(r.offset, r.length, op->buf, done);
       break;
     case nbd::kCmdWrite:
@@ -438,13 +444,18 @@ void NbdConnection::OnSend(int32_t res) {
   MaybeClose();
 }
 
+bool NbdConnection::Full() const { return ops_live_ >= kMaxLiveOps || live_bytes_ >= kNbdMaxLiveBytes; }
+
 void NbdConnection::FreeOp(Op* op) {
-  if (op->buf) BufferPool::ForThread().Put(op->buf, op->cap);
+  bool was_full = Full();
+  if (op->buf) {
+    BufferPool::ForThread().Put(op->buf, op->cap);
+    live_bytes_ -= op->cap;
+  }
   delete op;
-  bool was_full = ops_live_ >= kMaxLiveOps;
   ops_live_--;
   if (was_full && reading_ && !resume_scheduled_) {
-    // Below the limit again: parse what is buffered and read on.
+    // Below the limits again: parse what is buffered and read on.
     resume_scheduled_ = true;
     reactor_->Defer([this] {
       resume_scheduled_ = false;

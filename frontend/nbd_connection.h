@@ -25,6 +25,10 @@
 
 namespace ubcache {
 
+// Buffer bytes of a connection's requests in flight past which it stops
+// reading requests (nbd_connection.cpp).
+inline constexpr size_t kNbdMaxLiveBytes = 32u << 20;
+
 class NbdConnection {
  public:
   NbdConnection(NbdServer* server, int fd, std::string peer);
@@ -98,6 +102,9 @@ class NbdConnection {
   bool reading_ = true;     // false after EOF, DISC, an error or shutdown
   bool fatal_ = false;      // socket error: drop replies, close as soon as idle
   uint32_t ops_live_ = 0;   // executing or waiting to be sent
+  size_t live_bytes_ = 0;   // their buffers' capacity
+  // Over a live-op limit (kMaxLiveOps, kNbdMaxLiveBytes): stop reading requests.
+  bool Full() const;
 
   std::deque<Op*> send_queue_;   // replies waiting for the next sendmsg
   std::vector<Op*> sending_;     // replies in the sendmsg in flight

@@ -1,5 +1,6 @@
 // ubcache serve: a device (and, with the cache core, a cache in front of
 // it) served over NBD until SIGTERM.
+#include <malloc.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,10 +20,13 @@
 #include "cache/cached_device.h"
 #include "cache/superblock.h"
 #include "control/control_server.h"
+#include "frontend/nbd_connection.h"
+#include "frontend/nbd_proto.h"
 #include "frontend/nbd_server.h"
 #include "frontend/ublk_server.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "util/buffer_pool.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -30,6 +34,16 @@
 namespace ubcache {
 
 namespace {
+
+// What the daemon's memory is bounded by; 130-soak checks it.
+std::string MemoryHelp() {
+  size_t conn = (kNbdMaxLiveBytes + nbd::kMaxPayload) / (1 << 20) + 1;
+  size_t reactor = BufferPool::kMaxIdleBytes / (1 << 20);
+  return "Memory: I/O buffers take at most " + std::to_string(conn) +
+         " MiB per connection (its requests in flight)\nand " + std::to_string(reactor) +
+         " MiB per reactor (idle buffers kept for reuse), on top of\n--btree-cache-size; as root "
+         "all of it is locked in RAM (mlockall).\n";
+}
 
 // `st`'s message about the device `spec`, named once: the superblock
 // readers already put the spec first.
@@ -180,7 +194,7 @@ int ServeMain(int argc, char** argv) {
               "control socket for 'ubcache ctl' (default /run/ubcache/EXPORT.sock, with --cache)")
       .Option("metrics-listen", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics")
       .Flag("read-only", "refuse writes (EPERM) and open the device read-only")
-      .Epilog(DeviceSpecHelp());
+      .Epilog(std::string(DeviceSpecHelp()) + "\n" + MemoryHelp());
   args.Parse(argc - 1, argv + 1);
   if (!args.positional().empty()) args.UsageError("unexpected argument '" + args.positional()[0] + "'");
   if (!args.Has("backing")) args.UsageError("--backing SPEC is required");
@@ -214,6 +228,10 @@ int ServeMain(int argc, char** argv) {
   // when the paging goes through the device this daemon serves. Pages stay
   // resident once touched (ONFAULT: a sparse mem: device is not filled).
   // Only as root: elsewhere RLIMIT_MEMLOCK would make later allocations fail.
+  // Freed large buffers (past the buffer pools' limits) go back to the
+  // kernel at once: glibc's sliding mmap threshold would keep them in its
+  // heap instead, where mlockall pins them and RSS only grows.
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
   if (geteuid() == 0 && mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0)
     UB_WARN("mlockall: {}; the daemon's pages may be evicted under memory pressure", strerror(errno));
 

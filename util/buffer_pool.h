@@ -6,7 +6,11 @@
 // transparent huge pages: a block device with a 254-segment limit (virtio)
 // would otherwise split every 1 MiB request built from scattered 4 KiB
 // pages in two. Slabs are kept for the life of the thread, up to
-// kMaxSlabBytes; beyond that, buffers are ordinary allocations.
+// kMaxSlabBytes; beyond that, buffers are ordinary allocations, and idle
+// ones are kept up to kIdleBytesPerClass per class. So a thread's pool
+// holds at most kMaxIdleBytes while nothing is in flight — the per-reactor
+// bound `serve --help` states (serve also makes glibc hand freed large
+// buffers back rather than keep them in its heap).
 //
 // Thread safety: none; use one pool per thread (BufferPool::ForThread()).
 #pragma once
@@ -23,10 +27,12 @@ class BufferPool {
   static constexpr size_t kMaxClass = 25;  // 32 MiB
   // Bytes kept idle per class at most, so a burst of large requests does
   // not pin memory forever.
-  static constexpr size_t kIdleBytesPerClass = 16u << 20;
+  static constexpr size_t kIdleBytesPerClass = 8u << 20;
   static constexpr size_t kSlabClass = 16;  // 64 KiB and up come from slabs
   static constexpr size_t kSlabSize = 2u << 20;
-  static constexpr size_t kMaxSlabBytes = 256u << 20;
+  static constexpr size_t kMaxSlabBytes = 128u << 20;
+  static constexpr size_t kMaxIdleBytes =
+      kMaxSlabBytes + (kMaxClass - kMinClass + 1) * kIdleBytesPerClass;
 
   ~BufferPool();
   // A buffer of at least `size` bytes; its capacity is the returned class size.
