@@ -156,6 +156,11 @@ bool NbdConnection::ProcessHandshake() {
       UB_DEBUG("nbd: {}: handshake ended: {}", peer_, handshake_.close_reason());
       StopReading("handshake ended");
       return false;
+    case nbd::Handshake::State::kStartTls:
+      // The handshake only acknowledges STARTTLS under a TLS policy, and
+      // connections are made with TlsPolicy::kOff until serve has --tls.
+      StopReading("STARTTLS without TLS credentials");
+      return false;
     case nbd::Handshake::State::kDone:
       break;
   }

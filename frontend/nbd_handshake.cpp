@@ -153,6 +153,9 @@ Handshake::State Handshake::Feed(const uint8_t* data, size_t len, size_t* consum
         if (skip_left_ == 0) phase_ = Phase::kOptionHeader;
         break;
       }
+      case Phase::kTlsPending:
+        st = Close("plaintext bytes after STARTTLS");
+        break;
       case Phase::kDone:
         st = State::kDone;
         break;
@@ -165,7 +168,15 @@ Handshake::State Handshake::Feed(const uint8_t* data, size_t len, size_t* consum
   // With no bytes the loop never runs: a finished handshake still says so.
   if (st == State::kNeedMore && phase_ == Phase::kDone) st = State::kDone;
   if (st == State::kNeedMore && phase_ == Phase::kClosed) st = State::kClose;
+  if (st == State::kNeedMore && phase_ == Phase::kTlsPending) st = State::kStartTls;
   return st;
+}
+
+void Handshake::TlsStarted() {
+  tls_ = true;
+  structured_ = false;
+  base_allocation_ = false;
+  phase_ = Phase::kOptionHeader;
 }
 
 // Called with the whole option data in buf_.
@@ -173,6 +184,12 @@ Handshake::State Handshake::HandleOption(std::string* out) {
   std::string data;
   data.swap(buf_);
   phase_ = Phase::kOptionHeader;
+  if (tls_policy_ == TlsPolicy::kRequire && !tls_ && option_ != kOptStartTls && option_ != kOptAbort) {
+    // This old-style ending has no error reply either.
+    if (option_ == kOptExportName) return Close("TLS is required; EXPORT_NAME before STARTTLS");
+    ReplyError(out, kRepErrTlsReqd, "TLS is required: send NBD_OPT_STARTTLS first");
+    return State::kNeedMore;
+  }
   switch (option_) {
     case kOptExportName: {
       int idx = FindExport(data);
@@ -221,7 +238,17 @@ Handshake::State Handshake::HandleOption(std::string* out) {
       buf_.swap(data);
       return HandleMetaContext(out);
     case kOptStartTls:
-      ReplyError(out, kRepErrUnsup, "TLS is not supported");
+      if (tls_policy_ == TlsPolicy::kOff) {
+        ReplyError(out, kRepErrUnsup, "TLS is not enabled on this server");
+      } else if (!data.empty()) {
+        ReplyError(out, kRepErrInvalid, "STARTTLS takes no data");
+      } else if (tls_) {
+        ReplyError(out, kRepErrInvalid, "TLS is already in use");
+      } else {
+        Reply(out, kRepAck);
+        phase_ = Phase::kTlsPending;
+        return State::kStartTls;
+      }
       return State::kNeedMore;
     default:
       ReplyError(out, kRepErrUnsup, "unknown option");

@@ -26,13 +26,24 @@ struct ExportInfo {
   uint32_t max_block = 32u << 20;
 };
 
+// TLS (NBD_OPT_STARTTLS): off — STARTTLS is unsupported; on — a client may
+// upgrade; require — nothing but STARTTLS (and ABORT) is answered before
+// TLS: other options get NBD_REP_ERR_TLS_REQD, EXPORT_NAME closes, so a
+// plaintext client learns nothing, not even the export list.
+enum class TlsPolicy { kOff, kOn, kRequire };
+
 class Handshake {
  public:
-  enum class State { kNeedMore, kDone, kClose };
+  // kStartTls: STARTTLS was acknowledged; every byte from here on is TLS.
+  // The connection runs the TLS handshake, then calls TlsStarted() and
+  // feeds the decrypted bytes. Bytes fed before that close the connection
+  // (a plaintext injection after STARTTLS).
+  enum class State { kNeedMore, kDone, kClose, kStartTls };
 
   // `exports` outlives the handshake; the first one is also served under
   // the empty name "".
-  explicit Handshake(const std::vector<ExportInfo>* exports) : exports_(exports) {}
+  explicit Handshake(const std::vector<ExportInfo>* exports, TlsPolicy tls = TlsPolicy::kOff)
+      : exports_(exports), tls_policy_(tls) {}
 
   // The server's greeting, sent as soon as the client connects.
   static void Greeting(std::string* out);
@@ -46,9 +57,14 @@ class Handshake {
   bool base_allocation() const { return base_allocation_; }
   // After kClose: why, for the log.
   const std::string& close_reason() const { return close_reason_; }
+  // After kStartTls, once the TLS handshake is done: option haggling
+  // starts over, as the protocol says, forgetting what was negotiated in
+  // plaintext.
+  void TlsStarted();
+  bool tls() const { return tls_; }
 
  private:
-  enum class Phase { kClientFlags, kOptionHeader, kOptionData, kSkipData, kDone, kClosed };
+  enum class Phase { kClientFlags, kOptionHeader, kOptionData, kSkipData, kTlsPending, kDone, kClosed };
 
   State HandleOption(std::string* out);
   int FindExport(const std::string& name) const;
@@ -59,6 +75,8 @@ class Handshake {
   State Close(std::string reason);
 
   const std::vector<ExportInfo>* exports_;
+  TlsPolicy tls_policy_;
+  bool tls_ = false;
   Phase phase_ = Phase::kClientFlags;
   bool no_zeroes_ = false;
   bool structured_ = false;

@@ -164,7 +164,10 @@ Outcome Run(const uint8_t* data, size_t size, bool chunked) {
   uint64_t seed = 0xcbf29ce484222325ull;  // FNV-1a of the input
   for (size_t i = 0; i < size; i++) seed = (seed ^ data[i]) * 0x100000001b3ull;
 
-  nbd::Handshake hs(&Exports());
+  // The TLS policy from the input's hash too; STARTTLS, once acknowledged,
+  // is taken as a finished TLS handshake and the stream goes on.
+  const auto policy = static_cast<nbd::TlsPolicy>(seed % 3);
+  nbd::Handshake hs(&Exports(), policy);
   OutputChecker checker;
   Outcome o;
   size_t pos = 0;
@@ -191,6 +194,16 @@ Outcome Run(const uint8_t* data, size_t size, bool chunked) {
     o.consumed += consumed;
     o.state = st;
     pos += consumed;
+    if (st == nbd::Handshake::State::kStartTls) {
+      FUZZ_CHECK(policy != nbd::TlsPolicy::kOff && !hs.tls());
+      hs.TlsStarted();
+      continue;
+    }
+    // Under "require" nothing is served, or listed, before TLS.
+    if (policy == nbd::TlsPolicy::kRequire && !hs.tls()) {
+      FUZZ_CHECK(st != nbd::Handshake::State::kDone);
+      FUZZ_CHECK(o.out.find("the cached disk") == std::string::npos);  // no export info
+    }
     if (st != nbd::Handshake::State::kNeedMore) {
       if (st == nbd::Handshake::State::kDone) checker.CheckDone(hs);
       else FUZZ_CHECK(!hs.close_reason().empty());
