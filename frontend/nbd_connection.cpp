@@ -88,7 +88,9 @@ void NbdConnection::Start() {
 void NbdConnection::BeginShutdown() { StopReading("server shutting down"); }
 
 void NbdConnection::ArmRecv() {
-  if (!reading_ || recv_inflight_ || Full()) return;
+  // The limits stop new requests only: a payload (or a refused one being
+  // skipped) already under way must arrive, or its op would never finish.
+  if (!reading_ || recv_inflight_ || (phase_ == Phase::kHeader && Full())) return;
   io_uring_sqe* sqe = reactor_->PrepareSqe(&recv_c_);
   if (phase_ == Phase::kPayload && payload_direct_) {
     // The rest of a large WRITE's payload goes straight into its buffer, in
@@ -177,7 +179,7 @@ bool NbdConnection::ProcessHandshake() {
 }
 
 bool NbdConnection::ProcessRequests() {
-  while (reading_ && !Full()) {
+  while (reading_) {
     size_t avail = rend_ - rstart_;
     if (phase_ == Phase::kPayload) {
       if (payload_direct_) return false;  // arriving straight into its buffer
@@ -201,7 +203,7 @@ bool NbdConnection::ProcessRequests() {
       phase_ = Phase::kHeader;
       continue;
     }
-    if (phase_ != Phase::kHeader || avail < nbd::kRequestHeaderSize) return false;
+    if (phase_ != Phase::kHeader || avail < nbd::kRequestHeaderSize || Full()) return false;
     nbd::Request req;
     if (!nbd::DecodeRequest(rbuf_.data() + rstart_, &req)) {
       UB_WARN("nbd: {}: bad request magic; closing the connection", peer_);
