@@ -85,7 +85,9 @@ std::unique_ptr<Pending> DeadlineScheduler::State::TakeLocked(Queue* q, uint64_t
 }
 
 std::unique_ptr<Pending> DeadlineScheduler::State::StartWriteBatchLocked(uint64_t now) {
-  batch_left = opts.write_batch > 0 ? opts.write_batch - 1 : 0;
+  size_t batch = std::clamp<size_t>(writes.size() / 4, std::max(opts.write_batch, 1u),
+                                   std::max(opts.max_write_batch, opts.write_batch));
+  batch_left = static_cast<unsigned>(batch - 1);
   stats.write_batches++;
   return TakeLocked(&writes, now, opts.write_expire_ns);
 }

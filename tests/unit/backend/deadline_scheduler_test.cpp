@@ -258,3 +258,35 @@ TEST_CASE("--backing-scheduler auto schedules a modelled spindle only") {
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("'cfq'"));
 }
+
+TEST_CASE("a write turn takes a quarter of the writes waiting, within its bounds") {
+  DeadlineScheduler::Options o = Quick();
+  o.write_expire_ns = 20'000'000;  // 20 ms
+  o.write_batch = 2;
+  o.max_write_batch = 8;
+  for (auto [queued, want] : {std::pair<int, size_t>{4, 2}, {24, 6}, {100, 8}}) {
+    INFO(queued << " writes waiting");
+    Rig rig(o);
+    rig.Read(999);
+    for (int b = 0; b < queued; b++) rig.Write(b);
+    rig.Complete();  // the writes are held for the reader
+    uint64_t start = NowNanos();
+    int reads = 0;
+    while (rig.sched->stats().write_batches == 0 && NowNanos() - start < 1'000'000'000) {
+      rig.Read(1000 + reads++ % 64);
+      rig.Complete();
+    }
+    REQUIRE(rig.sched->stats().write_batches == 1);
+    for (int i = 0; i < 200 && rig.dev->at_device() > 0; i++) rig.Complete();  // drain the batch
+    // The writes dispatched in the first turn: a run of "w" in the order.
+    std::string order = rig.dev->order();
+    size_t first = order.find(" w");
+    REQUIRE(first != std::string::npos);
+    size_t run = 0;
+    for (size_t p = first; p < order.size() && order.compare(p, 2, " w") == 0; p = order.find(' ', p + 1)) {
+      run++;
+      if (p == std::string::npos) break;
+    }
+    CHECK(run == want);
+  }
+}
