@@ -5,6 +5,7 @@
 
 #include <cassert>
 #include <mutex>
+#include <thread>
 
 #include "util/clock.h"
 
@@ -138,9 +139,14 @@ void Reactor::RunAt(uint64_t deadline_ns, Callback<void()> fn) {
 }
 
 void Reactor::Stop() {
+  // Counted around the eventfd write, so Run() does not return (and its
+  // owner destroy the reactor, closing the eventfd) while this thread is
+  // still writing to it — the fd number could be someone else's by then.
+  stoppers_.fetch_add(1, std::memory_order_acq_rel);
   stop_.store(true, std::memory_order_release);
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof one);
+  stoppers_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 bool Reactor::RunPosted() {
@@ -186,6 +192,7 @@ bool Reactor::RunDeferred() {
 void Reactor::Run() {
   Bind();
   while (!stopped()) RunOnce(true);
+  while (stoppers_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
 }
 
 void Reactor::RunOnce(bool wait) {

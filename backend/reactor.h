@@ -74,7 +74,8 @@ class Reactor {
   // Runs `fn` at or after `deadline_ns` (NowNanos() clock). Reactor thread.
   void RunAt(uint64_t deadline_ns, Callback<void()> fn);
 
-  // Loops until Stop().
+  // Loops until Stop(), and returns only once every Stop() call has
+  // finished with the reactor: the thread that runs it may destroy it then.
   void Run();
   // One turn: run deferred work and due timers, submit, reap completions.
   // Waits for at least one event when `wait` and nothing is ready.
@@ -128,6 +129,7 @@ class Reactor {
   // busy a moment ago polls its ring briefly before it sleeps.
   uint64_t last_reaped_ns_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<int> stoppers_{0};  // Stop() calls still touching event_fd_
   std::atomic<bool> sleeping_{false};
 
   Mutex post_mu_;

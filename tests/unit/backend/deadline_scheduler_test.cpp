@@ -160,7 +160,7 @@ TEST_CASE("reads that never stop still let a batch of writes through every write
   CHECK(order.find(" r", first) < second);
 }
 
-TEST_CASE("a flush passes the queue; discards and write-zeroes queue as writes") {
+TEST_CASE("a flush passes the queue, discards and write-zeroes queue as writes") {
   Rig rig(Quick());
   rig.Write(3);
   std::optional<Status> flushed, discarded;
@@ -184,7 +184,7 @@ TEST_CASE("a request dispatched from another reactor completes on its submitter'
   REQUIRE(d.ok());
   DeadlineScheduler sched(std::move(d).value());
   AlignedBuffer a(4096), b(4096);
-  std::atomic<bool> b_done{false}, b_submitted{false};
+  std::atomic<bool> b_done{false}, b_submitted{false}, a_finished{false};
   std::thread::id b_thread, b_ran_on;
   bool a_done = false;
   // This thread's write occupies the device; the other thread's read is
@@ -203,11 +203,14 @@ TEST_CASE("a request dispatched from another reactor completes on its submitter'
     });
     b_submitted = true;
     r->RunUntil([&] { return b_done.load(); });
+    // This reactor must outlive the other thread's Post() to it.
+    while (!a_finished) std::this_thread::yield();
   });
   while (!b_submitted) std::this_thread::yield();  // the write is still at the device
   CHECK(sched.stats().queued == 1);
   // Turns without sleeping: the last event is on the other thread's reactor.
   while (!(a_done && b_done.load())) reactor->RunOnce(false);
+  a_finished = true;
   other.join();
   CHECK(b_ran_on == b_thread);
 }
@@ -239,7 +242,7 @@ TEST_CASE("data through the scheduler over a spindle model reads back") {
   CHECK(sched.rotational());
 }
 
-TEST_CASE("--backing-scheduler auto schedules a modelled spindle only") {
+TEST_CASE("the backing scheduler mode auto schedules a modelled spindle only") {
   auto reactor = BoundReactor();
   auto sas = WithScheduler(std::move(OpenDevice("sas:mem:1M")).value(), "auto");
   REQUIRE(sas.ok());
