@@ -3,6 +3,7 @@
 # write random 4k blocks with crc32c verify headers and read them back;
 # then mixed sizes 4k..1M; then a separate verify-only pass on fresh
 # connections proves the data outlived the connections that wrote it.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
 

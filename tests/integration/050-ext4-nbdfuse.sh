@@ -4,6 +4,7 @@
 # random data, umount, mount again and verify checksums, e2fsck -fn clean;
 # then stop the server (SIGTERM flushes), restart it on the same backing
 # file, and verify the files once more.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
 nbdfuse_setup

@@ -5,6 +5,7 @@
 # keep working; then structured replies, BLOCK_STATUS, LIST, INFO,
 # EXPORT_NAME, pipelining and misbehaving clients. Run on a writable and on
 # a --read-only export; the server must survive all of it and exit 0.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
 run_cases() {

@@ -12,6 +12,7 @@
 #    data come back) and verify everything written before, twice.
 # Every mode gets its own 256 MiB region of one backing file; at the end one
 # more server verifies all three regions, so no mode's run damaged another's.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
 M=$((1 << 20))

@@ -7,6 +7,7 @@
 # blocks, umount, e2fsck; restart the server on the same cache and backing
 # files (cold index over old cache contents), mount, verify twice (misses,
 # then hits), umount, e2fsck clean. The statistics must show cache hits.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
 nbdfuse_setup

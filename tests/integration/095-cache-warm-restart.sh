@@ -15,6 +15,7 @@
 #     set, so data written that way is never hidden by old cached copies.
 #  E. an unformatted --cache still works (cold every run) and says so; a
 #     corrupt cache superblock is a clear error, and nothing is overwritten.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 

@@ -10,6 +10,7 @@
 #  - curl of --metrics-listen and `ctl metrics` are valid Prometheus text
 #    (strict per-line check: prom_check.py); --json output is JSON;
 #  - doc/control.md's attribute table is what `ctl --list` prints.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
 diff <(sed -n '/^<!-- BEGIN ATTRIBUTES/,/^<!-- END ATTRIBUTES/p' "$UBCACHE_SRC/doc/control.md" | sed '1d;$d') \

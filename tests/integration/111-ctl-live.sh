@@ -9,6 +9,7 @@
 #    `ctl set cache_mode writearound` a write is not cached (reading it back
 #    is a miss); the data read back is right either way.
 # Statistics come from `ctl get stats_total/...`, cleared between steps.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 # Hits, not congestion: slow cache reads on a loaded machine would bypass.
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"

@@ -10,6 +10,7 @@
 #    nothing; with the daemon's cache (by path, or by set uuid) it caches
 #    again, the superblock says clean in its set again, and no stale data
 #    from before the detach is ever read.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 

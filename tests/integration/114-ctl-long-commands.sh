@@ -15,6 +15,7 @@
 #  - a client that sends `flush` and hangs up at once costs nothing: the
 #    control thread does not spin while the flush runs, and the daemon
 #    answers the next client.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
 CACHE=$WORK/cache.img

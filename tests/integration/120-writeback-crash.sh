@@ -21,6 +21,7 @@
 #   CRASH_KEEP=1 keeps the work dir under /var/tmp; CRASH_REQUIRE_WARM=0 checks the data only.
 #
 # ctest: label crash
+# ctest: label sanitized
 CRASH_POWERCUT=0
 CRASH_KNOBS=${CRASH_KNOBS:-journal_delay_ms=100}
 CRASH_DEFAULT_CYCLES=20

@@ -16,6 +16,7 @@
 #   and the rest as in crash_lib.sh's header.
 #
 # ctest: label crash
+# ctest: label sanitized
 # CRASH_NARROW=0 by default here: the check is the (every durable
 # write reads back, nothing never written), without the stricter rule that
 # a write a verify once saw lost never comes back. That rule failed about

@@ -28,6 +28,7 @@
 #     (bcache-super-show: cache_state 0 [detached]); ctl state "no cache";
 #     the export serves the same bytes as the copy (nbdcopy + cmp), and
 #     after a clean stop the superblock still says none.
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 command -v bcache-super-show >/dev/null || fail "bcache-super-show (bcache-tools) is not installed"

@@ -37,6 +37,7 @@
 # Phase 3, the faults removed (restart on the plain files): `ctl flush`
 #   replies clean, dirty-data 0; the backing file past data_offset holds
 #   C, D and E exactly, and equals the whole export (nbdcopy + cmp).
+# ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 M=$((1 << 20)) K=1024

@@ -14,6 +14,7 @@
 #   (CRASH_CYCLES=200 for a long run; every CRASH_* knob of crash_lib.sh applies).
 #
 # ctest: label crash
+# ctest: label sanitized
 : "${CRASH_NARROW:=0}"
 export CRASH_NARROW
 CRASH_POWERCUT=1
