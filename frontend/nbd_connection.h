@@ -74,6 +74,8 @@ class NbdConnection {
   void MaybeClose();
   bool Idle() const;
   void FreeOp(Op* op);
+  // Over a live-op limit (kMaxLiveOps, kNbdMaxLiveBytes): stop reading requests.
+  bool Full() const;
 
   NbdServer* server_;
   int fd_;
@@ -103,8 +105,6 @@ class NbdConnection {
   bool fatal_ = false;      // socket error: drop replies, close as soon as idle
   uint32_t ops_live_ = 0;   // executing or waiting to be sent
   size_t live_bytes_ = 0;   // their buffers' capacity
-  // Over a live-op limit (kMaxLiveOps, kNbdMaxLiveBytes): stop reading requests.
-  bool Full() const;
 
   std::deque<Op*> send_queue_;   // replies waiting for the next sendmsg
   std::vector<Op*> sending_;     // replies in the sendmsg in flight

@@ -85,7 +85,7 @@ inline void CheckIndex(ExtentIndex* index) {
   std::vector<Extent> all;
   Status st = index->ForEach([&](const Extent& e) { all.push_back(e); });
   if (!st.ok()) return CheckError(st);
-  for (const Extent& e : all) FUZZ_CHECK(e.len > 0 && e.end() > e.start);
+  for (const Extent& e : all) FUZZ_CHECK(e.len > 0);
   for (uint32_t dev : {0u, 1u}) {
     std::vector<Extent> got;
     st = index->Lookup(dev, 0, 1ull << 40, &got);
