@@ -139,7 +139,9 @@ const char* DeviceSpecHelp() {
   PATH, file:PATH       a file or block device (io_uring, O_DIRECT)
   mem:SIZE              RAM, e.g. mem:1G
   nbd:URI               a remote NBD export, e.g. nbd:nbd+unix:///?socket=/tmp/x.sock
-                        or nbd:nbd://127.0.0.1:10809/name
+                        or nbd:nbd://127.0.0.1:10809/name; over TLS, e.g.
+                        nbd:nbds://HOST/name?tls-certificates=DIR or
+                        nbd:nbds+unix://USER@/?socket=S&tls-psk-file=F
   sas:SPEC              a 10k rpm SAS spindle (3.5 ms seek, 180 MB/s) modelled over SPEC
   hdd,rpm=R,seek_ms=S,mbps=M,seed=N:SPEC
                         a spindle model with your numbers

@@ -104,6 +104,9 @@ Result<nbd_handle*> NbdDevice::Connect(const std::string& spec, const std::strin
                                        bool read_only) {
   nbd_handle* h = nbd_create();
   if (!h) return NbdError(spec, "nbd_create");
+  // nbds:// URIs name their credentials as local files (tls-certificates,
+  // tls-psk-file); the URI is the operator's, as it is for nbdinfo.
+  nbd_set_uri_allow_local_file(h, true);
   if (nbd_connect_uri(h, uri.c_str()) < 0) {
     Status st = NbdError(spec, "cannot connect");
     nbd_close(h);

@@ -27,6 +27,10 @@ constexpr size_t kMaxIovPerSend = 512;
 // straight into its own buffer; smaller ones keep flowing through the
 // receive buffer, so one recv can carry a payload and the requests after it.
 constexpr uint32_t kDirectPayload = 64 << 10;
+// Under TLS: the ciphertext recv buffer, and the most plaintext encrypted
+// for one sendmsg (the rest waits, still a queued reply, for the next).
+constexpr size_t kTlsRecvSize = kNbdTlsRecvBytes;
+constexpr size_t kTlsSendBatch = kNbdTlsSendBatch;
 
 uint32_t ToNbdError(const Status& st) {
   switch (st.ToErrno()) {
@@ -52,6 +56,8 @@ struct NbdConnection::Op {
   uint32_t hdr_len = 0;
   uint32_t data_len = 0;  // bytes of buf sent after hdr
   std::string raw;        // handshake bytes, sent instead of hdr
+  bool clear = false;     // queued before TLS started: sent unencrypted
+  size_t encrypted = 0;   // under TLS: bytes of hdr (or raw) + data done
 };
 
 std::vector<NbdConnection*>& NbdConnection::OnThisThread() {
@@ -64,7 +70,7 @@ NbdConnection::NbdConnection(NbdServer* server, int fd, std::string peer)
       fd_(fd),
       peer_(std::move(peer)),
       reactor_(Reactor::Current()),
-      handshake_(&server->export_infos()),
+      handshake_(&server->export_infos(), server->tls_policy()),
       rbuf_(kRecvBufferSize) {
   recv_c_.conn = this;
   send_c_.conn = this;
@@ -92,7 +98,9 @@ void NbdConnection::ArmRecv() {
   // skipped) already under way must arrive, or its op would never finish.
   if (!reading_ || recv_inflight_ || (phase_ == Phase::kHeader && Full())) return;
   io_uring_sqe* sqe = reactor_->PrepareSqe(&recv_c_);
-  if (phase_ == Phase::kPayload && payload_direct_) {
+  if (tls_) {
+    io_uring_prep_recv(sqe, fd_, crbuf_.data(), crbuf_.size(), 0);
+  } else if (phase_ == Phase::kPayload && payload_direct_) {
     // The rest of a large WRITE's payload goes straight into its buffer, in
     // one completion (MSG_WAITALL: io_uring retries short receives itself).
     io_uring_prep_recv(sqe, fd_, payload_op_->buf + payload_got_,
@@ -124,6 +132,11 @@ void NbdConnection::OnRecv(int32_t res) {
     MaybeClose();
     return;
   }
+  if (tls_) {
+    OnTlsRecv(static_cast<size_t>(res));
+    ArmRecv();
+    return;
+  }
   if (phase_ == Phase::kPayload && payload_direct_) {
     payload_got_ += static_cast<uint32_t>(res);
     if (payload_got_ == payload_op_->req.length) {
@@ -140,9 +153,78 @@ void NbdConnection::OnRecv(int32_t res) {
 }
 
 void NbdConnection::Process() {
-  if (phase_ == Phase::kHandshake && !ProcessHandshake()) return;
-  ProcessRequests();
-  if (rstart_ == rend_) rstart_ = rend_ = 0;
+  for (;;) {
+    size_t before = rend_ - rstart_;
+    if (tls_ && !PullPlaintext()) return;
+    bool pulled = rend_ - rstart_ > before;
+    if (phase_ == Phase::kHandshake && !ProcessHandshake()) return;
+    ProcessRequests();
+    if (rstart_ == rend_) rstart_ = rend_ = 0;
+    if (tls_eof_) {
+      StopReading("client closed the TLS session");
+      return;
+    }
+    // Under TLS the session may hold more plaintext than rbuf_ took.
+    if (!tls_ || !pulled || !reading_) return;
+  }
+}
+
+void NbdConnection::StartTls() {
+  auto session = TlsSession::Create(server_->tls_credentials());
+  if (!session.ok()) {
+    UB_WARN("nbd: {}: cannot start TLS: {}", peer_, session.status().ToString());
+    StopReading("TLS setup failed");
+    return;
+  }
+  tls_ = std::move(*session);
+  crbuf_.resize(kTlsRecvSize);
+  // Whatever followed STARTTLS is the client's first TLS bytes.
+  size_t early = rend_ - rstart_;
+  tls_->FeedCiphertext(rbuf_.data() + rstart_, early);
+  rstart_ = rend_ = 0;
+  if (early > 0) OnTlsRecv(0);
+}
+
+void NbdConnection::OnTlsRecv(size_t len) {
+  if (len > 0) tls_->FeedCiphertext(crbuf_.data(), len);
+  if (!tls_->handshake_done()) {
+    auto step = tls_->Handshake();
+    ScheduleSend();  // handshake records, or the alert that refuses the peer
+    if (!step.ok()) {
+      UB_WARN("nbd: {}: TLS refused: {}", peer_, step.status().message());
+      StopReading("TLS refused");
+      return;
+    }
+    if (*step == TlsSession::Step::kAgain) return;
+    std::string who = tls_->peer();
+    UB_DEBUG("nbd: {}: TLS established{}{}", peer_, who.empty() ? "" : " with ", who);
+    handshake_.TlsStarted();
+  }
+  Process();
+}
+
+bool NbdConnection::PullPlaintext() {
+  if (!tls_->handshake_done()) return false;
+  for (;;) {
+    if (rend_ == rbuf_.size() && rstart_ > 0) {
+      std::memmove(rbuf_.data(), rbuf_.data() + rstart_, rend_ - rstart_);
+      rend_ -= rstart_;
+      rstart_ = 0;
+    }
+    if (rend_ == rbuf_.size()) return true;  // the rest waits in the session
+    bool eof = false;
+    auto n = tls_->Read(rbuf_.data() + rend_, rbuf_.size() - rend_, &eof);
+    if (!n.ok()) {
+      UB_WARN("nbd: {}: {}; closing the connection", peer_, n.status().message());
+      StopReading("TLS error");
+      return false;
+    }
+    if (*n == 0) {
+      tls_eof_ = eof;  // Process() parses what came before, then stops
+      return true;
+    }
+    rend_ += *n;
+  }
 }
 
 bool NbdConnection::ProcessHandshake() {
@@ -159,9 +241,7 @@ bool NbdConnection::ProcessHandshake() {
       StopReading("handshake ended");
       return false;
     case nbd::Handshake::State::kStartTls:
-      // The handshake only acknowledges STARTTLS under a TLS policy, and
-      // connections are made with TlsPolicy::kOff until serve has --tls.
-      StopReading("STARTTLS without TLS credentials");
+      StartTls();  // the ACK in `out` is queued in clear, ahead of TLS
       return false;
     case nbd::Handshake::State::kDone:
       break;
@@ -247,7 +327,7 @@ void NbdConnection::StartRequest(const nbd::Request& req) {
     if (n < req.length) {
       payload_op_ = op;
       payload_got_ = static_cast<uint32_t>(n);
-      payload_direct_ = req.length - n >= kDirectPayload;
+      payload_direct_ = !tls_ && req.length - n >= kDirectPayload;
       phase_ = Phase::kPayload;
       return;
     }
@@ -361,6 +441,7 @@ void NbdConnection::QueueReply(Op* op) {
       op->hdr_len = 32;
     }
   }
+  op->clear = !tls_;
   send_queue_.push_back(op);
   ScheduleSend();
 }
@@ -368,6 +449,7 @@ void NbdConnection::QueueReply(Op* op) {
 void NbdConnection::QueueRaw(std::string bytes) {
   Op* op = new Op();
   op->raw = std::move(bytes);
+  op->clear = !tls_;
   ops_live_++;
   send_queue_.push_back(op);
   ScheduleSend();
@@ -385,17 +467,18 @@ void NbdConnection::ScheduleSend() {
 }
 
 void NbdConnection::SendNow() {
-  if (send_inflight_ || send_queue_.empty()) return;
+  if (send_inflight_ || (send_queue_.empty() && !(tls_ && tls_->has_ciphertext()))) return;
   if (fatal_) {
     while (!send_queue_.empty()) {
       FreeOp(send_queue_.front());
       send_queue_.pop_front();
     }
+    if (tls_) tls_->TakeCiphertext(&wire_);
     return;
   }
   iov_.clear();
   sending_.clear();
-  while (!send_queue_.empty() && iov_.size() + 2 <= kMaxIovPerSend) {
+  while (!send_queue_.empty() && send_queue_.front()->clear && iov_.size() + 3 <= kMaxIovPerSend) {
     Op* op = send_queue_.front();
     send_queue_.pop_front();
     sending_.push_back(op);
@@ -406,6 +489,12 @@ void NbdConnection::SendNow() {
     iov_.push_back({op->hdr, op->hdr_len});
     if (op->data_len) iov_.push_back({op->buf, op->data_len});
   }
+  if (tls_ && (send_queue_.empty() || !send_queue_.front()->clear)) {
+    EncryptQueued();
+    if (fatal_) return;
+    if (!wire_.empty()) iov_.push_back({wire_.data(), wire_.size()});
+  }
+  if (iov_.empty()) return;
   iov_first_ = 0;
   std::memset(&msg_, 0, sizeof msg_);
   msg_.msg_iov = iov_.data();
@@ -413,6 +502,37 @@ void NbdConnection::SendNow() {
   io_uring_sqe* sqe = reactor_->PrepareSqe(&send_c_);
   io_uring_prep_sendmsg(sqe, fd_, &msg_, MSG_NOSIGNAL);
   send_inflight_ = true;
+}
+
+void NbdConnection::EncryptQueued() {
+  size_t budget = kTlsSendBatch;
+  Status st;
+  while (st.ok() && !send_queue_.empty() && budget > 0) {
+    Op* op = send_queue_.front();
+    // The reply as one byte stream: header (or handshake bytes), then data.
+    const uint8_t* head = op->raw.empty() ? op->hdr : reinterpret_cast<const uint8_t*>(op->raw.data());
+    size_t head_len = op->raw.empty() ? op->hdr_len : op->raw.size();
+    size_t total = head_len + op->data_len;
+    while (st.ok() && op->encrypted < total && budget > 0) {
+      bool in_head = op->encrypted < head_len;
+      const uint8_t* p = in_head ? head + op->encrypted : op->buf + (op->encrypted - head_len);
+      size_t n = std::min(budget, (in_head ? head_len : total) - op->encrypted);
+      st = tls_->Write(p, n);
+      op->encrypted += n;
+      budget -= n;
+    }
+    if (op->encrypted < total) break;  // the rest in the next sendmsg
+    send_queue_.pop_front();
+    FreeOp(op);  // its bytes are in the session's ciphertext now
+  }
+  if (!st.ok()) {
+    UB_WARN("nbd: {}: {}; closing the connection", peer_, st.message());
+    fatal_ = true;
+    StopReading("TLS error");
+    SendNow();  // drops what is queued
+    return;
+  }
+  tls_->TakeCiphertext(&wire_);
 }
 
 void NbdConnection::OnSend(int32_t res) {
@@ -492,11 +612,18 @@ void NbdConnection::StopReading(const char* why) {
 
 bool NbdConnection::Idle() const {
   return !reading_ && !recv_inflight_ && !send_inflight_ && !send_scheduled_ && !resume_scheduled_ &&
-         ops_live_ == 0 && send_queue_.empty();
+         ops_live_ == 0 && send_queue_.empty() && !(tls_ && tls_->has_ciphertext());
 }
 
 void NbdConnection::MaybeClose() {
   if (!Idle() || close_scheduled_) return;
+  if (tls_ && tls_->handshake_done() && !tls_bye_ && !fatal_) {
+    // Every reply is out: end the TLS session properly, then close.
+    tls_bye_ = true;
+    tls_->Bye();
+    ScheduleSend();
+    return;
+  }
   // Deleted from a deferred step, never in the middle of a call chain that
   // may still touch the connection.
   close_scheduled_ = true;

@@ -8,6 +8,15 @@
 // queued replies at the end of the reactor turn. At most one recv and one
 // send are in flight at a time.
 //
+// TLS (after NBD_OPT_STARTTLS): recvs land in a ciphertext buffer, the
+// session decrypts into the receive buffer and parsing goes on as before
+// (no direct payload receives: every byte passes the session). Replies are
+// encrypted when a send is about to start, at most kTlsSendBatch bytes at
+// a time, so ciphertext never piles up behind a slow client: what is not
+// yet encrypted stays a queued reply and counts against the live limits.
+// Everything queued before STARTTLS took effect (its ACK) goes in clear,
+// ahead of the first TLS byte.
+//
 // Thread safety: every method runs on the owning reactor's thread.
 #pragma once
 
@@ -21,6 +30,7 @@
 #include "frontend/nbd_handshake.h"
 #include "frontend/nbd_proto.h"
 #include "frontend/nbd_server.h"
+#include "frontend/tls_session.h"
 #include "util/aligned_buffer.h"
 
 namespace ubcache {
@@ -28,6 +38,12 @@ namespace ubcache {
 // Buffer bytes of a connection's requests in flight past which it stops
 // reading requests (nbd_connection.cpp).
 inline constexpr size_t kNbdMaxLiveBytes = 32u << 20;
+// Under TLS, what a connection holds besides: the ciphertext recv buffer
+// and the session's copy of it, and one send batch of ciphertext in flight
+// plus the session's queue for the next (with record overhead).
+inline constexpr size_t kNbdTlsRecvBytes = 256u << 10;
+inline constexpr size_t kNbdTlsSendBatch = 1u << 20;
+inline constexpr size_t kNbdMaxTlsBytes = 2 * kNbdTlsRecvBytes + 2 * (kNbdTlsSendBatch + (64u << 10));
 
 class NbdConnection {
  public:
@@ -60,6 +76,13 @@ class NbdConnection {
   void OnRecv(int32_t res);
   void Process();
   bool ProcessHandshake();
+  // TLS: the STARTTLS switch; received ciphertext; plaintext into rbuf_
+  // (false when the connection stops reading).
+  void StartTls();
+  void OnTlsRecv(size_t len);
+  bool PullPlaintext();
+  // Encrypts queued replies into wire_, up to kTlsSendBatch bytes.
+  void EncryptQueued();
   bool ProcessRequests();
   void StartRequest(const nbd::Request& req);
   void Execute(Op* op);
@@ -92,6 +115,12 @@ class NbdConnection {
   uint32_t payload_got_ = 0;
   bool payload_direct_ = false;  // received into payload_op_->buf, not rbuf_
   uint64_t discard_left_ = 0;  // payload of a refused WRITE still to skip
+
+  std::unique_ptr<TlsSession> tls_;  // after STARTTLS
+  std::vector<uint8_t> crbuf_;       // ciphertext recv buffer, under TLS
+  std::vector<uint8_t> wire_;        // ciphertext of the sendmsg in flight
+  bool tls_eof_ = false;             // the client sent close_notify
+  bool tls_bye_ = false;             // our close_notify is queued
 
   RecvCompletion recv_c_;
   SendCompletion send_c_;

@@ -134,6 +134,8 @@ Status NbdServer::Listen(const std::string& address) {
 Status NbdServer::Start() {
   if (exports_.empty()) return Status::InvalidArgument("nothing to serve");
   if (options_.listen.empty()) return Status::InvalidArgument("no --nbd address to listen on");
+  if (options_.tls != nbd::TlsPolicy::kOff && !options_.tls_credentials)
+    return Status::InvalidArgument("TLS needs credentials (--tls-certificates or --tls-psk)");
   // Signals arrive through a signalfd read by Run(); every thread that
   // starts after this inherits the blocked mask.
   sigset_t mask;

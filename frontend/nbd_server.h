@@ -24,6 +24,7 @@
 
 #include "backend/block_device.h"
 #include "frontend/nbd_handshake.h"
+#include "frontend/tls_session.h"
 #include "util/status.h"
 
 namespace ubcache {
@@ -40,6 +41,9 @@ struct NbdServerOptions {
   // "unix:PATH" or "tcp:HOST:PORT"; at least one.
   std::vector<std::string> listen;
   unsigned threads = 0;  // 0: one per core
+  // NBD_OPT_STARTTLS (nbd_handshake.h); credentials are needed unless off.
+  nbd::TlsPolicy tls = nbd::TlsPolicy::kOff;
+  std::shared_ptr<TlsCredentials> tls_credentials;
 };
 
 class NbdServer {
@@ -59,6 +63,8 @@ class NbdServer {
   const std::vector<nbd::ExportInfo>& export_infos() const { return infos_; }
   const std::vector<NbdExport>& exports() const { return exports_; }
   unsigned threads() const { return static_cast<unsigned>(reactors_.size()); }
+  nbd::TlsPolicy tls_policy() const { return options_.tls; }
+  const std::shared_ptr<TlsCredentials>& tls_credentials() const { return options_.tls_credentials; }
 
   // Connection bookkeeping, called by connections on their reactor.
   void ConnectionClosed();

@@ -166,13 +166,16 @@ TlsSession::~TlsSession() {
 }
 
 void TlsSession::FeedCiphertext(const uint8_t* data, size_t len) {
+  if (in_pos_ > 0) {
+    in_.erase(in_.begin(), in_.begin() + static_cast<ptrdiff_t>(in_pos_));
+    in_pos_ = 0;
+  }
   in_.insert(in_.end(), data, data + len);
 }
 
-std::vector<uint8_t> TlsSession::TakeCiphertext() {
-  std::vector<uint8_t> out;
-  out.swap(out_);
-  return out;
+void TlsSession::TakeCiphertext(std::vector<uint8_t>* wire) {
+  wire->clear();
+  wire->swap(out_);
 }
 
 Result<TlsSession::Step> TlsSession::Handshake() {
@@ -185,6 +188,9 @@ Result<TlsSession::Step> TlsSession::Handshake() {
   }
   if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED || !gnutls_error_is_fatal(rc))
     return Step::kAgain;
+  // Tell the peer why (an alert into the ciphertext queue), as a socket
+  // transport would have: "certificate required", "unknown PSK identity"...
+  (void)gnutls_alert_send_appropriate(s, rc);
   if (rc == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR) {
     gnutls_datum_t why{};
     unsigned status = gnutls_session_get_verify_cert_status(s);

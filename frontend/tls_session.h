@@ -66,10 +66,14 @@ class TlsSession {
   TlsSession(const TlsSession&) = delete;
   TlsSession& operator=(const TlsSession&) = delete;
 
-  // Bytes received from the peer.
+  // Bytes received from the peer. What a Read or Handshake consumed is
+  // dropped first, so the queue holds at most one partial record plus
+  // `len`.
   void FeedCiphertext(const uint8_t* data, size_t len);
-  // Bytes to send to the peer, in order; empties the session's queue.
-  std::vector<uint8_t> TakeCiphertext();
+  // Replaces *wire with the bytes to send to the peer, in order, and
+  // empties the session's queue; the two vectors swap, so neither
+  // allocates again in steady state.
+  void TakeCiphertext(std::vector<uint8_t>* wire);
   bool has_ciphertext() const { return !out_.empty(); }
 
   // Advances the handshake: kDone once it is complete (the peer checked as

@@ -39,8 +39,10 @@ namespace {
 std::string MemoryHelp() {
   size_t conn = (kNbdMaxLiveBytes + nbd::kMaxPayload) / (1 << 20) + 1;
   size_t reactor = BufferPool::kMaxIdleBytes / (1 << 20);
+  size_t tls = (kNbdMaxTlsBytes + (1 << 20) - 1) / (1 << 20);
   return "Memory: I/O buffers take at most " + std::to_string(conn) +
-         " MiB per connection (its requests in flight)\nand " + std::to_string(reactor) +
+         " MiB per connection (its requests in flight; " + std::to_string(tls) +
+         " MiB more under TLS)\nand " + std::to_string(reactor) +
          " MiB per reactor (idle buffers kept for reuse), on top of\n--btree-cache-size; as root "
          "all of it is locked in RAM (mlockall).\n";
 }
@@ -149,6 +151,36 @@ std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet*
   return ctl;
 }
 
+// --tls and its credentials into `so`; usage errors for what does not fit.
+void TlsFromArgs(const Args& args, NbdServerOptions* so) {
+  bool x509 = args.Has("tls-certificates"), psk = args.Has("tls-psk");
+  if (x509 && psk) args.UsageError("--tls-certificates and --tls-psk: choose one");
+  if (args.Has("tls-verify-peer") && !x509) args.UsageError("--tls-verify-peer needs --tls-certificates");
+  std::string mode = args.Has("tls") ? args.Get("tls") : (x509 || psk) ? "require" : "off";
+  if (mode == "off") {
+    so->tls = nbd::TlsPolicy::kOff;
+  } else if (mode == "on") {
+    so->tls = nbd::TlsPolicy::kOn;
+  } else if (mode == "require") {
+    so->tls = nbd::TlsPolicy::kRequire;
+  } else {
+    args.UsageError("--tls " + mode + ": expected off, on or require");
+  }
+  if (so->tls == nbd::TlsPolicy::kOff) {
+    if (x509 || psk) args.UsageError("--tls off with TLS credentials: drop one or the other");
+    return;
+  }
+  if (!x509 && !psk) args.UsageError("--tls " + mode + " needs --tls-certificates DIR or --tls-psk FILE");
+  auto creds = x509 ? TlsCredentials::ServerX509(args.Get("tls-certificates"), args.Has("tls-verify-peer"))
+                    : TlsCredentials::ServerPsk(args.Get("tls-psk"));
+  if (!creds.ok()) Die(2, creds.status().message());
+  so->tls_credentials = std::move(*creds);
+  UB_INFO("nbd: TLS {} with {}", mode == "on" ? "offered" : "required",
+          x509 ? "X.509 certificates from " + args.Get("tls-certificates") +
+                     (args.Has("tls-verify-peer") ? " (client certificates verified)" : "")
+               : "pre-shared keys from " + args.Get("tls-psk"));
+}
+
 }  // namespace
 
 int ServeMain(int argc, char** argv) {
@@ -177,6 +209,15 @@ int ServeMain(int argc, char** argv) {
       .Option("cache-replacement-policy", "POLICY", "lru, fifo, random", "lru")
       .Option("nbd", "ADDR", "listen on unix:PATH or tcp:HOST:PORT (TCP only when asked)",
               std::nullopt, true)
+      .Option("tls", "MODE",
+              "NBD over TLS (NBD_OPT_STARTTLS): off; on (clients may upgrade); require (a "
+              "client learns nothing before TLS). Default: require with credentials, else off")
+      .Option("tls-certificates", "DIR",
+              "X.509 credentials, as nbdkit and qemu-nbd lay them out: DIR/server-cert.pem, "
+              "DIR/server-key.pem, and DIR/ca-cert.pem for --tls-verify-peer")
+      .Option("tls-psk", "FILE", "pre-shared keys: lines of IDENTITY:HEXKEY, as psktool writes them")
+      .Flag("tls-verify-peer",
+            "with --tls-certificates: a client must present a certificate that ca-cert.pem signed")
       .Flag("ublk", "also serve every export as a ublk block device /dev/ublkbN (needs root "
                     "and the ublk_drv module)")
       .Option("ublk-id", "N", "ublk device id of the first export (then N+1, ...); default: any free")
@@ -200,6 +241,8 @@ int ServeMain(int argc, char** argv) {
   if (!args.Has("backing")) args.UsageError("--backing SPEC is required");
   if (!args.Has("nbd") && !args.Has("ublk") && !args.Has("recover"))
     args.UsageError("--nbd unix:PATH, tcp:HOST:PORT or --ublk is required");
+  if (!args.Has("nbd") && (args.Has("tls") || args.Has("tls-certificates") || args.Has("tls-psk")))
+    args.UsageError("--tls and its credentials apply to --nbd listeners");
   auto threads = ParseUint(args.Get("threads"), 0, 256, "--threads");
   if (!threads.ok()) args.UsageError(threads.status().message());
 
@@ -381,6 +424,7 @@ int ServeMain(int argc, char** argv) {
     NbdServerOptions so;
     so.listen = args.GetAll("nbd");
     so.threads = static_cast<unsigned>(*threads);
+    TlsFromArgs(args, &so);
     NbdServer server(std::move(exports), so);
     st = server.Start();
     if (!st.ok()) {

@@ -30,11 +30,12 @@ Status Pump(TlsSession& client, TlsSession& server) {
   for (int round = 0; round < 50; round++) {
     auto c = client.Handshake();
     if (!c.ok()) return c.status();
-    std::vector<uint8_t> b = client.TakeCiphertext();
+    std::vector<uint8_t> b;
+    client.TakeCiphertext(&b);
     server.FeedCiphertext(b.data(), b.size());
     auto s = server.Handshake();
     if (!s.ok()) return s.status();
-    b = server.TakeCiphertext();
+    server.TakeCiphertext(&b);
     client.FeedCiphertext(b.data(), b.size());
     if (*c == TlsSession::Step::kDone && *s == TlsSession::Step::kDone) return Status::OK();
   }
@@ -80,7 +81,8 @@ TEST_CASE("TLS with a pre-shared key: handshake, data both ways, the peer's iden
   CHECK(server->peer() == "alice");
 
   REQUIRE(client->Write("hello", 5).ok());
-  std::vector<uint8_t> wire = client->TakeCiphertext();
+  std::vector<uint8_t> wire;
+  client->TakeCiphertext(&wire);
   CHECK(std::string(wire.begin(), wire.end()).find("hello") == std::string::npos);  // encrypted
   server->FeedCiphertext(wire.data(), wire.size());
   CHECK(ReadAll(*server, 5) == "hello");
@@ -88,13 +90,13 @@ TEST_CASE("TLS with a pre-shared key: handshake, data both ways, the peer's iden
   std::string big(100000, 'x');
   for (size_t i = 0; i < big.size(); i++) big[i] = static_cast<char>('a' + i % 26);
   REQUIRE(server->Write(big.data(), big.size()).ok());
-  wire = server->TakeCiphertext();
+  server->TakeCiphertext(&wire);
   client->FeedCiphertext(wire.data(), wire.size());
   CHECK(ReadAll(*client, big.size()) == big);
 
   // A close_notify reads as end of stream.
   client->Bye();
-  wire = client->TakeCiphertext();
+  client->TakeCiphertext(&wire);
   server->FeedCiphertext(wire.data(), wire.size());
   uint8_t b[16];
   bool eof = false;
