@@ -130,21 +130,33 @@ void DeadlineScheduler::State::Dispatch() {
   for (;;) {
     std::unique_ptr<Pending> p;
     uint64_t wake = 0;
-    bool arm = false;
+    Reactor* timer = nullptr;  // where the wake-up is armed, when one is
     {
       MutexLock l(&mu);
       uint64_t now = NowNanos();
       p = PickLocked(now, &wake);
       if (!p && wake > 0 && (wake_at <= now || wake < wake_at)) {
         wake_at = wake;
-        arm = true;
+        // On the reactor of a held write, not on this one: the current
+        // reactor may be a client's that is about to exit (its last read
+        // just finished), taking the timer with it and leaving the writes
+        // held for good. A held write's reactor waits for its completion,
+        // so it runs until then.
+        timer = writes.front()->origin;
       }
     }
     if (!p) {
-      if (arm) {
-        Reactor::Current()->RunAt(wake, [w = weak_from_this()] {
-          if (std::shared_ptr<State> s = w.lock()) s->Dispatch();
-        });
+      if (timer) {
+        auto arm = [w = weak_from_this(), wake] {
+          Reactor::Current()->RunAt(wake, [w] {
+            if (std::shared_ptr<State> s = w.lock()) s->Dispatch();
+          });
+        };
+        if (timer == Reactor::Current()) {
+          arm();
+        } else {
+          timer->Post(std::move(arm));
+        }
       }
       return;
     }

@@ -229,6 +229,40 @@ TEST_CASE("a request dispatched from another reactor completes on its submitter'
   CHECK(b_ran_on == b_thread);
 }
 
+TEST_CASE("held writes go after the anticipation even when the reader's reactor is gone") {
+  // The read finishes on its own reactor, whose thread then exits; the
+  // wake-up for the held write must not die with it.
+  auto reactor = BoundReactor();
+  auto d = std::make_unique<HeldDevice>();
+  HeldDevice* dev = d.get();
+  DeadlineScheduler sched(std::move(d), Quick());
+  AlignedBuffer a(4096), b(4096);
+  std::atomic<bool> read_submitted{false}, write_submitted{false};
+  bool write_done = false;
+  std::thread reader([&] {
+    auto r = BoundReactor();
+    bool read_done = false;
+    sched.Read(100 * 4096, 4096, b.data(), [&](Status) { read_done = true; });
+    read_submitted = true;
+    while (!write_submitted) std::this_thread::yield();
+    dev->CompleteNext();  // the read's completion runs on this reactor
+    r->RunUntil([&] { return read_done; });
+  });
+  while (!read_submitted) std::this_thread::yield();
+  sched.Write(7 * 4096, 4096, a.data(), 0, [&](Status st) {
+    CHECK(st.ok());
+    write_done = true;
+  });
+  write_submitted = true;
+  reader.join();  // its reactor is destroyed
+  uint64_t deadline = NowNanos() + 2'000'000'000ull;
+  while (dev->at_device() == 0 && NowNanos() < deadline) reactor->RunOnce(false);
+  CHECK(dev->order() == "r100 w7");
+  REQUIRE(dev->at_device() == 1);
+  dev->CompleteNext();
+  reactor->RunUntil([&] { return write_done; });
+}
+
 TEST_CASE("data through the scheduler over a spindle model reads back") {
   auto reactor = BoundReactor();
   auto d = OpenDevice("sas:mem:64M");
