@@ -510,30 +510,42 @@ def r_fairness(d, plots):
     return out + ([f"![fairness]({p})", ""] if p else [])
 
 
-SCALE_LABEL = {"ubcache": "ubcache (writethrough, cache file + sas: backing)", "alone": "the cache file alone"}
+SCALE_LABEL = {"ubcache": "ubcache (writethrough, cache file + sas: backing)",
+               "ubcache-writethrough": "ubcache writethrough (cache file + sas: backing)",
+               "ubcache-writeback": "ubcache writeback (cache file + sas: backing)",
+               "alone": "the cache file alone"}
 
 
 def r_scaling(d, plots):
     t = d["targets"]
     counts = sorted({p["clients"] for pts in t.values() for p in pts})
     by = {k: {p["clients"]: p for p in pts} for k, pts in t.items()}
+    keys = sorted((k for k in t if k != "alone"), key=lambda k: (k != "ubcache-writethrough", k)) + \
+        (["alone"] if "alone" in t else [])
+    short = {"ubcache": "ubcache", "ubcache-writethrough": "writethrough", "ubcache-writeback": "writeback",
+             "alone": "cache file alone"}
     rows = []
     for c in counts:
         row = [str(c)]
-        for k in ("ubcache", "alone"):
+        for k in keys:
             p = by.get(k, {}).get(c)
             row += [f1(p["mb_s"]) if p else "—", f0(p["max_latency_ms"]) if p else "—"]
         rows.append(row)
     out = [f"dbench 4 (its client.txt load) on ext4 ({d['fs_size']}), {d['seconds']} s per point; ubcache's ext4 "
            "through nbdfuse + losetup, the cache file's through losetup --direct-io. One run per point.", ""]
-    out += table(["clients", "ubcache MB/s", "ubcache max latency ms", "cache file alone MB/s",
-                  "alone max latency ms"], rows)
-    u = by.get("ubcache", {})
-    if u:
+    head = ["clients"]
+    for k in keys:
+        head += [f"{short.get(k, k)} MB/s", f"{short.get(k, k)} max latency ms"]
+    out += table(head, rows)
+    for k in keys:
+        u = by.get(k, {})
+        if k == "alone" or not u:
+            continue
         peak = max(u.values(), key=lambda p: p["mb_s"])
         last = u[max(u)]
         ratio = last["mb_s"] / peak["mb_s"] if peak["mb_s"] else None
-        out += [f"ubcache at {max(u)} clients: {f1(last['mb_s'])} MB/s, {f2(ratio)}× its peak "
+        name = "ubcache" if k == "ubcache" else f"ubcache {short.get(k, k)}"
+        out += [f"{name} at {max(u)} clients: {f1(last['mb_s'])} MB/s, {f2(ratio)}× its peak "
                 f"({f1(peak['mb_s'])} MB/s at {peak['clients']}); target (issue 12) ≥ 0.9× — "
                 + ("PASS" if ratio is not None and ratio >= 0.9 else "MISS"), ""]
     p1 = plots.scaling_lines("scaling_throughput", "dbench throughput",

@@ -5,10 +5,12 @@
 # a formatted `sas:` backing file, served over NBD; ext4 on nbdfuse +
 # losetup) and on ext4 on the cache file alone (losetup --direct-io), one
 # target after the other at each client count. Throughput (MB/s) and max
-# latency (ms) per point, as dbench reports them. --quick: 1, 4, 16, 64,
-# 128 clients, 8 s each; else 1, 2, 4, … 128, 30 s each. Environment
-# SCALE_CLIENTS, SCALE_SECONDS override; SCALE_SERVE_ARGS adds serve flags
-# (e.g. "--cache-mode writeback").
+# latency (ms) per point, as dbench reports them. ubcache runs in each of
+# SCALE_MODES (default: writethrough, as it ships, and writeback: past ~64
+# clients dbench's dirty data outgrows the page cache and its writes become
+# the spindle's in writethrough). --quick: 1, 4, 16, 64, 128 clients, 8 s
+# each; else 1, 2, 4, … 128, 30 s each. Environment SCALE_CLIENTS,
+# SCALE_SECONDS override; SCALE_SERVE_ARGS adds serve flags.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
@@ -21,11 +23,14 @@ SIZE=4G
 fs_setup
 for f in "$CACHE" "$BACKING" "$ALONE"; do sized_file "$f" $SIZE; done
 
-# up TARGET: ext4 on TARGET (ubcache or alone), mounted at $MNT.
+modes=${SCALE_MODES:-writethrough writeback}
+
+# up TARGET: ext4 on TARGET (ubcache-MODE or alone), mounted at $MNT.
 up() {
-  if [[ $1 == ubcache ]]; then
+  if [[ $1 == ubcache-* ]]; then
     "$UBCACHE" format --cache "$CACHE" --backing "$BACKING" --force >"$SUITE_DIR/format.log" 2>&1
-    serve_up "$SUITE_DIR/server.log" --cache "$CACHE" --backing "sas:$BACKING" ${SCALE_SERVE_ARGS:-}
+    serve_up "$SUITE_DIR/server-$1.log" --cache "$CACHE" --backing "sas:$BACKING" \
+      --cache-mode "${1#ubcache-}" ${SCALE_SERVE_ARGS:-}
     fs_up_export
   else
     fs_up_file "$ALONE"
@@ -34,8 +39,9 @@ up() {
 }
 
 : >"$SUITE_DIR/points.tsv"
-n=0 total=$(( $(wc -w <<<"$clients") * 2 ))
-for target in ubcache alone; do
+targets="$(printf 'ubcache-%s ' $modes)alone"
+n=0 total=$(( $(wc -w <<<"$clients") * $(wc -w <<<"$targets") ))
+for target in $targets; do
   up "$target"
   for c in $clients; do
     n=$((n + 1))

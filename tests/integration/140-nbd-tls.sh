@@ -20,40 +20,12 @@ for t in certtool psktool nbdinfo nbdcopy nbdsh qemu-io; do
 done
 
 # --- credentials ---------------------------------------------------------
-# make_ca DIR — a self-signed CA: DIR/ca-key.pem, DIR/ca-cert.pem.
-make_ca() {
-  mkdir -p "$1"
-  certtool --generate-privkey --outfile "$1/ca-key.pem" 2>/dev/null
-  printf 'cn = "ubcache test CA %s"\nca\ncert_signing_key\nexpiration_days = 2\n' "$1" >"$1/ca.info"
-  certtool --generate-self-signed --load-privkey "$1/ca-key.pem" --template "$1/ca.info" \
-    --outfile "$1/ca-cert.pem" 2>/dev/null || fail "certtool: cannot make a CA in $1"
-}
-# make_cert CA_DIR OUT_DIR ROLE — ROLE-key.pem/ROLE-cert.pem (server or
-# client) signed by CA_DIR, and a copy of the CA certificate in OUT_DIR.
-make_cert() {
-  local ca=$1 out=$2 role=$3
-  mkdir -p "$out"
-  certtool --generate-privkey --outfile "$out/$role-key.pem" 2>/dev/null
-  if [[ $role == server ]]; then
-    printf 'cn = "localhost"\ndns_name = "localhost"\nip_address = "127.0.0.1"\ntls_www_server\nencryption_key\nsigning_key\nexpiration_days = 2\n' \
-      >"$out/$role.info"
-  else
-    printf 'cn = "ubcache test client"\ntls_www_client\nencryption_key\nsigning_key\nexpiration_days = 2\n' \
-      >"$out/$role.info"
-  fi
-  certtool --generate-certificate --load-privkey "$out/$role-key.pem" \
-    --load-ca-certificate "$ca/ca-cert.pem" --load-ca-privkey "$ca/ca-key.pem" \
-    --template "$out/$role.info" --outfile "$out/$role-cert.pem" 2>/dev/null ||
-    fail "certtool: cannot make a $role certificate"
-  cp "$ca/ca-cert.pem" "$out/ca-cert.pem"
-}
-
-make_ca "$WORK/ca"
-make_ca "$WORK/rogue-ca"
+make_tls_ca "$WORK/ca"
+make_tls_ca "$WORK/rogue-ca"
 SRV=$WORK/server-x509 CLI=$WORK/client-x509 ROGUE=$WORK/rogue-client
-make_cert "$WORK/ca" "$SRV" server
-make_cert "$WORK/ca" "$CLI" client
-make_cert "$WORK/rogue-ca" "$ROGUE" client            # trusts only the rogue CA
+make_tls_cert "$WORK/ca" "$SRV" server
+make_tls_cert "$WORK/ca" "$CLI" client
+make_tls_cert "$WORK/rogue-ca" "$ROGUE" client            # trusts only the rogue CA
 mkdir -p "$WORK/anon" && cp "$WORK/ca/ca-cert.pem" "$WORK/anon/"  # trusts ours, has no cert
 
 mkdir -p "$WORK/psk" "$WORK/psk-wrong" "$WORK/psk-other"

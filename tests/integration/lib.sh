@@ -313,3 +313,32 @@ EOF
     fail "$label: fio reported a verify failure: $(grep -i -m5 'verify\|magic\|crc\|header' "$WORK/fio.stderr")"
   server_alive "$label"
 }
+
+# X.509 credentials for TLS tests (certtool, as nbdkit's and qemu's docs make them).
+# make_tls_ca DIR — a self-signed CA: DIR/ca-key.pem, DIR/ca-cert.pem.
+make_tls_ca() {
+  mkdir -p "$1"
+  certtool --generate-privkey --outfile "$1/ca-key.pem" 2>/dev/null
+  printf 'cn = "ubcache test CA %s"\nca\ncert_signing_key\nexpiration_days = 2\n' "$1" >"$1/ca.info"
+  certtool --generate-self-signed --load-privkey "$1/ca-key.pem" --template "$1/ca.info" \
+    --outfile "$1/ca-cert.pem" 2>/dev/null || fail "certtool: cannot make a CA in $1"
+}
+# make_tls_cert CA_DIR OUT_DIR ROLE — ROLE-key.pem/ROLE-cert.pem (server or
+# client) signed by CA_DIR, and a copy of the CA certificate in OUT_DIR.
+make_tls_cert() {
+  local ca=$1 out=$2 role=$3
+  mkdir -p "$out"
+  certtool --generate-privkey --outfile "$out/$role-key.pem" 2>/dev/null
+  if [[ $role == server ]]; then
+    printf 'cn = "localhost"\ndns_name = "localhost"\nip_address = "127.0.0.1"\ntls_www_server\nencryption_key\nsigning_key\nexpiration_days = 2\n' \
+      >"$out/$role.info"
+  else
+    printf 'cn = "ubcache test client"\ntls_www_client\nencryption_key\nsigning_key\nexpiration_days = 2\n' \
+      >"$out/$role.info"
+  fi
+  certtool --generate-certificate --load-privkey "$out/$role-key.pem" \
+    --load-ca-certificate "$ca/ca-cert.pem" --load-ca-privkey "$ca/ca-key.pem" \
+    --template "$out/$role.info" --outfile "$out/$role-cert.pem" 2>/dev/null ||
+    fail "certtool: cannot make a $role certificate"
+  cp "$ca/ca-cert.pem" "$out/ca-cert.pem"
+}
