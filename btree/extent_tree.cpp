@@ -299,8 +299,22 @@ Status ExtentTree::NextLeaf(Cursor* c) {
 }
 
 Status ExtentTree::Next(Cursor* c) {
-  if (++c->idx.back() < c->nodes.back()->ext.size()) return Status::OK();
-  return NextLeaf(c);
+  const Node* leaf = c->nodes.back();
+  if (++c->idx.back() < leaf->ext.size()) return Status::OK();
+  const Extent last = leaf->ext.back();
+  UB_RETURN_IF_ERROR(NextLeaf(c));
+  if (c->end) return Status::OK();
+  // Each leaf is checked in itself when it is read (DecodeNode); across
+  // leaves, only here: extents follow one another in key order without
+  // overlap. Two leaves that do not are a corrupt tree whose checksums
+  // held (lying separators): an error, never two answers for one block.
+  const Extent& x = Cur(*c);
+  if (KeyOf(x) <= KeyOf(last) || (x.dev == last.dev && x.start < last.end())) {
+    return Status::Corruption("extent index: shard " + std::to_string(shard_) + ": the leaf at " +
+                              std::to_string(c->nodes.back()->addr) +
+                              " overlaps or precedes the leaf before it");
+  }
+  return Status::OK();
 }
 
 Status ExtentTree::Lookup(uint32_t dev, uint64_t start, uint64_t end, std::vector<Extent>* out) {
