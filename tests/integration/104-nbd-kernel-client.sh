@@ -4,7 +4,10 @@
 # disk, `nbd-client -unix` attaches /dev/nbd0; 16 MiB O_DIRECT round trip;
 # mkfs.ext4, mount, files written and checked after a remount, umount,
 # e2fsck -fn clean; nbd-client -d detaches; SIGTERM stops the server. Then
-# one server with --nbd and --ublk: what /dev/ublkb0 writes, /dev/nbd0 reads.
+# over TLS (--tls require, X.509 with client certificates verified):
+# nbd-client -certfile/-keyfile/-cacertfile attaches and round-trips, and
+# without a certificate it is refused. Then one server with --nbd and
+# --ublk: what /dev/ublkb0 writes, /dev/nbd0 reads.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 
@@ -15,8 +18,14 @@ disk_image "$WORK/backing.img" 256M
 "$UBCACHE" format --cache "$WORK/cache.img" --backing "$WORK/backing.img" >"$WORK/format.log" 2>&1 ||
   fail "format failed: $(cat "$WORK/format.log")"
 
+TLS=$WORK/tls
+make_tls_ca "$TLS/ca"
+make_tls_cert "$TLS/ca" "$TLS/srv" server
+make_tls_cert "$TLS/ca" "$TLS/cli" client
+
 cat >"$WORK/guest.sh" <<GUEST
 NBD_CLIENT=$NBD_CLIENT
+TLS=$TLS
 GUEST
 cat >>"$WORK/guest.sh" <<'GUEST'
 . "$GUEST_LIB"
@@ -39,6 +48,21 @@ umount /mnt/n
 $NBD_CLIENT -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d failed"
 stop_srv
 
+# Over TLS: nbd-client does the TLS itself (GnuTLS) and relays between the
+# socket it gives the kernel and the TLS session.
+SRV_SOCK=/tmp/tls.sock
+start_srv 0 --cache /dev/vda --backing /dev/vdb --nbd unix:$SRV_SOCK --tls require \
+  --tls-certificates $TLS/srv --tls-verify-peer
+$NBD_CLIENT -unix $SRV_SOCK /dev/nbd0 -b 4096 -cacertfile $TLS/cli/ca-cert.pem -certfile $TLS/cli/client-cert.pem \
+  -keyfile $TLS/cli/client-key.pem -tlshostname localhost -enable-tls >/tmp/nbdc.log 2>&1 || fail "nbd-client over TLS failed: $(cat /tmp/nbdc.log)"
+roundtrip /dev/nbd0 16
+$NBD_CLIENT -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d (TLS) failed"
+if $NBD_CLIENT -unix $SRV_SOCK /dev/nbd0 -b 4096 -cacertfile $TLS/cli/ca-cert.pem -tlshostname localhost -enable-tls >/tmp/nbdc.log 2>&1; then
+  $NBD_CLIENT -d /dev/nbd0 >/dev/null 2>&1
+  fail "nbd-client without a client certificate was let in"
+fi
+stop_srv
+
 # Both frontends on one export: written through /dev/ublkb0, read through
 # /dev/nbd0; one SIGTERM stops both and deletes the ublk device.
 SRV_SOCK=/tmp/both.sock
@@ -55,4 +79,5 @@ stop_srv
 say OK
 GUEST
 vm_guest "$WORK/guest.sh" --disk "$WORK/cache.img" --disk "$WORK/backing.img" \
-  --module ext4 --with /sbin/mke2fs --with /sbin/e2fsck --with "$NBD_CLIENT" --file /etc/mke2fs.conf
+  --module ext4 --with /sbin/mke2fs --with /sbin/e2fsck --with "$NBD_CLIENT" --file /etc/mke2fs.conf \
+  --file "$TLS"
