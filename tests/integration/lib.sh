@@ -287,12 +287,13 @@ $out"
 }
 
 # run_fio LABEL ARGS... — fio must exit 0 and every job report error 0 and
-# move bytes; its JSON output is kept in $WORK.
+# move bytes; its JSON output is kept in $WORK. FIO_TIMEOUT (default 400 s)
+# bounds the whole fio run.
 run_fio() {
   local label=$1; shift
   local json=$WORK/fio.${label//[^a-z0-9]/_}.json rc=0
   # In $WORK, without state files: fio would drop *-verify.state into the cwd.
-  (cd "$WORK" && timeout 400 fio --output-format=json --output="$json" --ioengine=nbd --uri="$(nbd_uri)" \
+  (cd "$WORK" && timeout "${FIO_TIMEOUT:-400}" fio --output-format=json --output="$json" --ioengine=nbd --uri="$(nbd_uri)" \
     --verify_state_save=0 --group_reporting=0 "$@") 2>"$WORK/fio.stderr" || rc=$?
   [[ $rc -eq 0 ]] || fail "$label: fio exited $rc: $(tail -n 20 "$WORK/fio.stderr"; grep -m5 -i 'err\|verify' "$json" || true)"
   python3 - "$json" "$label" <<'EOF' || fail "$label: fio reported errors (above)"
