@@ -27,10 +27,6 @@ constexpr size_t kMaxIovPerSend = 512;
 // straight into its own buffer; smaller ones keep flowing through the
 // receive buffer, so one recv can carry a payload and the requests after it.
 constexpr uint32_t kDirectPayload = 64 << 10;
-// Under TLS: the ciphertext recv buffer, and the most plaintext encrypted
-// for one sendmsg (the rest waits, still a queued reply, for the next).
-constexpr size_t kTlsRecvSize = kNbdTlsRecvBytes;
-constexpr size_t kTlsSendBatch = kNbdTlsSendBatch;
 
 uint32_t ToNbdError(const Status& st) {
   switch (st.ToErrno()) {
@@ -177,7 +173,7 @@ void NbdConnection::StartTls() {
     return;
   }
   tls_ = std::move(*session);
-  crbuf_.resize(kTlsRecvSize);
+  crbuf_.resize(kNbdTlsRecvBytes);
   // Whatever followed STARTTLS is the client's first TLS bytes.
   size_t early = rend_ - rstart_;
   tls_->FeedCiphertext(rbuf_.data() + rstart_, early);
@@ -505,7 +501,7 @@ void NbdConnection::SendNow() {
 }
 
 void NbdConnection::EncryptQueued() {
-  size_t budget = kTlsSendBatch;
+  size_t budget = kNbdTlsSendBatch;  // the rest waits, still a queued reply
   Status st;
   while (st.ok() && !send_queue_.empty() && budget > 0) {
     Op* op = send_queue_.front();
