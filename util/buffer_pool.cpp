@@ -2,22 +2,32 @@
 
 #include <sys/mman.h>
 
-#include <cstdlib>
+#include <algorithm>
 #include <new>
 
 namespace ubcache {
 
+namespace {
+
+// A buffer of its own: anonymous pages, page-aligned, zero-filled.
+uint8_t* MapBuffer(size_t size) {
+  void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<uint8_t*>(m);
+}
+
+}  // namespace
+
 BufferPool::~BufferPool() {
-  for (auto& list : free_)
-    for (uint8_t* p : list)
-      if (!FromSlab(p)) std::free(p);
+  for (size_t c = kMinClass; c <= kMaxClass; c++)
+    for (uint8_t* p : free_[c])
+      if (!FromSlab(p)) munmap(p, size_t{1} << c);
   for (uint8_t* s : slabs_) munmap(s, kSlabSize);
 }
 
 bool BufferPool::FromSlab(const uint8_t* p) const {
-  for (const uint8_t* s : slabs_)
-    if (p >= s && p < s + kSlabSize) return true;
-  return false;
+  auto* base = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t{kSlabSize} - 1));
+  return std::binary_search(slabs_.begin(), slabs_.end(), base);
 }
 
 bool BufferPool::CarveSlab(size_t c) {
@@ -33,7 +43,7 @@ bool BufferPool::CarveSlab(size_t c) {
     munmap(reinterpret_cast<void*>(aligned + kSlabSize), base + span - aligned - kSlabSize);
   auto* slab = reinterpret_cast<uint8_t*>(aligned);
   madvise(slab, kSlabSize, MADV_HUGEPAGE);
-  slabs_.push_back(slab);
+  slabs_.insert(std::upper_bound(slabs_.begin(), slabs_.end(), slab), slab);
   size_t size = size_t{1} << c;
   for (size_t off = 0; off < kSlabSize; off += size) free_[c].push_back(slab + off);
   return true;
@@ -48,34 +58,29 @@ size_t BufferPool::ClassOf(size_t size) {
 uint8_t* BufferPool::Get(size_t size, size_t* capacity) {
   size_t c = ClassOf(size);
   if (c > kMaxClass) {
-    // Larger than any pooled class: a one-off allocation, freed on Put.
-    size_t rounded = (size + 4095) / 4096 * 4096;
-    *capacity = rounded;
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, rounded));
-    if (!p) throw std::bad_alloc();
-    return p;
+    // Larger than any pooled class: a one-off mapping, unmapped on Put.
+    *capacity = (size + 4095) / 4096 * 4096;
+    return MapBuffer(*capacity);
   }
   *capacity = size_t{1} << c;
-  if (free_[c].empty() && c >= kSlabClass && (size_t{1} << c) <= kSlabSize) CarveSlab(c);
+  if (free_[c].empty() && *capacity <= kSlabSize) CarveSlab(c);
   if (!free_[c].empty()) {
     uint8_t* p = free_[c].back();
     free_[c].pop_back();
     return p;
   }
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, *capacity));
-  if (!p) throw std::bad_alloc();
-  return p;
+  return MapBuffer(*capacity);
 }
 
 void BufferPool::Put(uint8_t* buf, size_t capacity) {
   if (!buf) return;
   size_t c = ClassOf(capacity);
-  if (c >= kSlabClass && c <= kMaxClass && FromSlab(buf)) {
+  if (c <= kMaxClass && FromSlab(buf)) {
     free_[c].push_back(buf);  // slab memory stays with the pool
     return;
   }
   if (c > kMaxClass || (free_[c].size() + 1) * capacity > kIdleBytesPerClass) {
-    std::free(buf);
+    munmap(buf, capacity);
     return;
   }
   free_[c].push_back(buf);

@@ -1,6 +1,9 @@
 #include "util/buffer_pool.h"
 
+#include <sys/mman.h>
+
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -47,4 +50,28 @@ TEST_CASE("large buffers are carved from 2 MiB-aligned slabs and never overlap")
     held.push_back({p, cap});
   }
   for (auto [p, cap] : held) pool.Put(p, cap);
+}
+
+TEST_CASE("past the slab budget a buffer is a mapping of its own, unmapped when not kept idle") {
+  // Every class up to 2 MiB comes from slabs; past kMaxSlabBytes a buffer
+  // is its own mapping (never malloc's heap, whose freed pages a locked
+  // daemon cannot give back), and a Put beyond the idle limit unmaps it.
+  BufferPool pool;
+  std::vector<uint8_t*> slab;
+  size_t cap = 0;
+  for (size_t i = 0; i < BufferPool::kMaxSlabBytes / 4096; i++) slab.push_back(pool.Get(4096, &cap));
+  std::set<uintptr_t> slabs;
+  for (uint8_t* p : slab) slabs.insert(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t{BufferPool::kSlabSize} - 1));
+  CHECK(slabs.size() == BufferPool::kMaxSlabBytes / BufferPool::kSlabSize);  // small buffers share slabs
+
+  uint8_t* own = pool.Get(4096, &cap);
+  CHECK(cap == 4096);
+  CHECK(slabs.count(reinterpret_cast<uintptr_t>(own) & ~(uintptr_t{BufferPool::kSlabSize} - 1)) == 0);
+  std::memset(own, 1, cap);
+  for (uint8_t* p : slab) pool.Put(p, 4096);  // far past the idle limit of the class
+  pool.Put(own, cap);
+  unsigned char vec = 0;
+  CHECK(mincore(own, 4096, &vec) == -1);  // unmapped: ENOMEM
+  CHECK(errno == ENOMEM);
+  CHECK(mincore(slab.front(), 4096, &vec) == 0);  // slab memory stays with the pool
 }
