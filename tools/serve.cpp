@@ -272,10 +272,10 @@ int ServeMain(int argc, char** argv) {
   // resident once touched (ONFAULT: a sparse mem: device is not filled).
   // Only as root: elsewhere RLIMIT_MEMLOCK would make later allocations fail.
   // Locked pages that malloc frees inside its heap stay resident, so I/O
-  // buffers never come from the heap (util/buffer_pool.h), and other large
-  // allocations (index nodes, journal batches) go back to the kernel when
-  // freed: glibc's sliding mmap threshold would otherwise keep them in the
-  // heap, where RSS only grows.
+  // buffers never come from the heap (util/buffer_pool.h), and any other
+  // allocation of 128 KiB or more is a mapping that goes back to the kernel
+  // when freed: glibc's sliding mmap threshold would otherwise move such
+  // allocations into the heap, where RSS only grows.
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
   if (geteuid() == 0 && mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0)
     UB_WARN("mlockall: {}; the daemon's pages may be evicted under memory pressure", strerror(errno));
