@@ -25,8 +25,11 @@ kill9_and_recover() {
 }
 
 start_srv 1 $SERVE --ublk
+# rate_iops bounds the write phase from below (6144 writes at <= 1000/s:
+# >= 6 s), so the kill at 3 s always lands in it however fast the host
+# is; unthrottled, a fast CI host finished all 24 MiB before the kill.
 /usr/bin/fio --name=verify --filename=/dev/ublkb0 --ioengine=libaio --direct=1 --iodepth=16 \
-  --rw=randwrite --bs=4k --size=24M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+  --rw=randwrite --bs=4k --size=24M --rate_iops=1000 --verify=crc32c --verify_fatal=1 --do_verify=1 \
   --eta=never --output=/tmp/fio.out &
 FIO=$!
 sleep 3
