@@ -1,4 +1,5 @@
 #include "cache/bucket_allocator.h"
+#include "util/clock.h"
 #include "util/thread.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@ namespace ubcache {
 BucketAllocator::BucketAllocator(Options o)
     : o_(o), published_(new std::atomic<uint32_t>[o.nbuckets]), inflight_(new std::atomic<uint32_t>[o.nbuckets]), dirty_(new std::atomic<uint32_t>[o.nbuckets]), prio_hist_(new std::atomic<uint32_t>[kPrioBins]) {
   ClearPrio();
+  used_.reset(new std::atomic<uint32_t>[o_.nbuckets]());
   MutexLock l(&mu_);
   buckets_.resize(o_.nbuckets);
   writers_.resize(std::max(1u, o_.writers));
@@ -61,7 +63,10 @@ uint64_t BucketAllocator::VictimKeyLocked(uint32_t b, ReplacementPolicy policy) 
   if (b < live_.size() && live_[b] == 0 && k.filled_seq < live_seq_) return 0;
   switch (policy) {
     case ReplacementPolicy::kLru:
-      return 1 + uint64_t{k.prio};
+      // Priority first; among equal ones (priorities decay only every 30 s,
+      // so everything filled or hit since shares the top one) the bucket
+      // least recently filled or hit goes first, not the lowest-numbered.
+      return 1 + (uint64_t{k.prio} << 40) + used_[b].load(std::memory_order_relaxed);
     case ReplacementPolicy::kFifo:
       return 1 + k.filled_seq;
     case ReplacementPolicy::kRandom:
@@ -332,6 +337,7 @@ Result<BucketAllocator::Space> BucketAllocator::Allocate(unsigned w, uint64_t le
   Space s{uint64_t{wr.bucket} * o_.bucket_size + wr.fill, buckets_[wr.bucket].gen, wr.bucket};
   wr.fill += len;
   inflight_[wr.bucket].fetch_add(1, std::memory_order_relaxed);
+  used_[wr.bucket].store(UsedTick(), std::memory_order_relaxed);
   return s;
 }
 
@@ -375,6 +381,8 @@ void BucketAllocator::FreeMetadata(uint32_t bucket) {
 
 void BucketAllocator::Touch(uint32_t bucket) {
   if (bucket >= o_.nbuckets) return;
+  uint32_t now = UsedTick();
+  if (used_[bucket].load(std::memory_order_relaxed) != now) used_[bucket].store(now, std::memory_order_relaxed);
   // Most hits find the priority still at its top: no lock for them.
   if ((published_[bucket].load(std::memory_order_acquire) >> 16) == kInitialPrio) return;
   MutexLock l(&mu_);

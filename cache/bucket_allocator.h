@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "cache/knobs.h"
+#include "util/clock.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
 
@@ -238,6 +239,11 @@ class BucketAllocator {
   std::vector<Bucket> buckets_ GUARDED_BY(mu_);
   std::unique_ptr<std::atomic<uint32_t>[]> published_;  // Pack(bucket), read without mu_
   std::unique_ptr<std::atomic<uint32_t>[]> inflight_;   // Allocate()s not yet WriteDone()
+  // When each bucket was last filled or hit, in UsedTick()s: lru's order
+  // among buckets of one priority. Lock-free: Touch() runs on every hit.
+  std::unique_ptr<std::atomic<uint32_t>[]> used_;
+  // A coarse clock (2^24 ns, ~17 ms; 32 bits wrap after ~2 years).
+  static uint32_t UsedTick() { return static_cast<uint32_t>(NowNanos() >> 24); }
   std::vector<uint32_t> free_ GUARDED_BY(mu_);
   // Reclaimed, gen bumped, waiting for the gen to be durable.
   std::vector<uint32_t> pending_ GUARDED_BY(mu_);
