@@ -617,6 +617,16 @@ def r_tuning(d, plots):
                         "(40 % writes), even reads that cost nothing leave the spindle all the writes, so the "
                         "ceiling is about 1 / 0.4 = 2.5× the backing device alone's mixed rate; the report's 3.9× "
                         "needs writes absorbed by the cache (writeback).", ""]
+    # Issue 13: ubcache as shipped (the auto policies) against hand tuning.
+    for mode, name in (("wt", "writethrough"), ("wb", "writeback")):
+        for tool, title in TUNE_TOOLS:
+            v = per_repeat(f"{mode}:shipped", tool, f"{mode}:tuned")
+            if v:
+                m = med(v)
+                u = per_repeat(f"{mode}:untuned", tool, f"{mode}:tuned")
+                out += [f"{name}, {title}: as shipped {f2(m)}× hand-tuned ({fspread(v)}), bcache's defaults "
+                        f"{f2(med(u)) if u else '—'}× — target (issue 13) ≥ 0.95×: "
+                        + ("PASS" if m >= 0.95 else "MISS"), ""]
     # Why: the counters of each ubcache configuration (first repeat).
     crow = []
     for cfg in d["configs"]:
@@ -633,7 +643,8 @@ def r_tuning(d, plots):
                      f0(pc.get("congested_bypasses")), f0((pc.get("stats_total/bypassed") or 0) / (1 << 20)), f0(pc.get("dirty_data", 0) / (1 << 20)),
                      f"{100 * (hits + bh) / reads:.0f} %" if reads else "—", f0(bm + bh),
                      f0(c.get("congested_bypasses")), f0(c.get("congested_slow_ios")), f0(c.get("congested_min")),
-                     f0(c.get("sequential_bypasses"))])
+                     f0(c.get("sequential_bypasses")), f0(c.get("auto_congested_bypasses")),
+                     f0(pc.get("spare_admissions")), f0(c.get("ghost_admissions")), f0(c.get("cache_full_bypasses"))])
     if crow:
         out += ["### Why: ubcache's counters (first repeat)", "",
                 "After the prepare: requests past sequential_cutoff, requests bypassed for congestion, MiB that "
@@ -641,11 +652,16 @@ def r_tuning(d, plots):
                 "the 48-thread sysbench run: the read hit rate, reads that bypassed the cache, and why — requests "
                 "bypassed for congestion, cache completions slower than their congested threshold, the lowest "
                 "congestion score seen (sampled each second; 0 = not congested, −1024 = fully congested) — and "
-                "requests past sequential_cutoff.", ""]
+                "requests past sequential_cutoff; then the auto policies' decisions (as shipped): requests bypassed "
+                "because the cache device measured clearly slower than the backing device, stream requests cached "
+                "because there was space to spare or because they were read again (ghost list), and requests "
+                "the full cache could not take.", ""]
         out += table(["configuration", "prepare s", "prepare: cutoff bypasses", "prepare: congested bypasses",
                       "prepare: bypassed MiB",
                       "prepare: dirty MiB", "run: read hit rate", "run: bypassed reads", "run: congested bypasses",
-                      "run: slow cache I/Os", "run: lowest score", "run: cutoff bypasses"], crow)
+                      "run: slow cache I/Os", "run: lowest score", "run: cutoff bypasses",
+                      "run: auto-congested bypasses", "prepare: spare admissions", "run: ghost admissions",
+                      "run: cache-full bypasses"], crow)
     p = plots.ratio_bars("tuning", "tuning: sysbench rndrw 48 threads, × the backing device alone", bars)
     return out + ([f"![tuning]({p})", ""] if p else [])
 

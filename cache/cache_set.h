@@ -47,6 +47,7 @@
 #include "cache/bucket_allocator.h"
 #include "cache/bucket_node_store.h"
 #include "cache/congestion.h"
+#include "cache/service_time.h"
 #include "cache/knobs.h"
 #include "cache/superblock.h"
 #include "util/status.h"
@@ -128,6 +129,8 @@ class CacheSet {
   BucketAllocator& buckets() { return *buckets_; }
   ExtentIndex& index() { return *index_; }
   Congestion& congestion() { return congestion_; }
+  // What the cache device's reads and writes take (the auto policies).
+  ServiceTime& cache_time() { return cache_time_; }
   CacheKnobs& knobs() { return knobs_; }
   const Options& options() const { return o_; }
 
@@ -194,6 +197,7 @@ class CacheSet {
   std::vector<std::pair<Uuid, uint32_t>> devices_ GUARDED_BY(dev_mu_);
   uint32_t next_dev_ GUARDED_BY(dev_mu_) = 0;
   Congestion congestion_;
+  ServiceTime cache_time_;
   CacheKnobs knobs_;
   // Journal halves: [jstart_, jstart_ + jhalf_) and the next jhalf_ bytes.
   uint64_t jstart_ = 0, jhalf_ = 0;

@@ -95,22 +95,34 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
   if (mode == CacheMode::kNone) return true;
   if (write && mode == CacheMode::kWritearound) return true;
   uint64_t cutoff = k.sequential_cutoff.load(std::memory_order_relaxed);
+  uint32_t read_us = k.congested_read_threshold_us.load(std::memory_order_relaxed);
+  uint32_t write_us = k.congested_write_threshold_us.load(std::memory_order_relaxed);
   uint64_t now = NowNanos();
-  uint64_t congested = set_->congestion().CongestedCutoff(
-      k.congested_read_threshold_us.load(std::memory_order_relaxed),
-      k.congested_write_threshold_us.load(std::memory_order_relaxed), now / 1000);
-  if (cutoff == 0 && congested == 0) return false;
+  // bcache's score, from the fixed thresholds only ("auto" takes no part).
+  uint64_t congested = set_->congestion().CongestedCutoff(FixedThresholdUs(read_us), FixedThresholdUs(write_us),
+                                                          now / 1000);
+  bool auto_congested = (write ? write_us : read_us) == kAutoThresholdUs &&
+                        AutoCongested(set_->cache_time(), backing_time_,
+                                      write ? ServiceTime::Op::kWrite : ServiceTime::Op::kRead, req.len, now);
+  if (cutoff == 0 && congested == 0 && !auto_congested) return false;
   // bcache's check_should_bypass: in writeback, a sync write (here: FUA, the
   // only sync hint NBD and ublk carry — a journal commit, an O_DSYNC write)
   // is cached whatever its stream, unless the cache is congested; making it
   // wait for the backing device is what the cache is there to avoid.
-  if (write && mode == CacheMode::kWriteback && (req.flags & kIoFua) && congested == 0) return false;
+  if (write && mode == CacheMode::kWriteback && (req.flags & kIoFua) && congested == 0 && !auto_congested)
+    return false;
   uint64_t run;
   {
     MutexLock l(&detector_mu_);
     run = detector_.Observe(dev_, req.offset, req.len, now);
   }
-  if (cutoff && run >= cutoff) {
+  if (auto_congested) {
+    auto_congested_bypasses_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  bool sequential = cutoff == kAutoCutoff ? run >= kAutoStreamBytes && !AdmitStream(req, now)
+                                          : cutoff && run >= cutoff;
+  if (sequential) {
     sequential_bypasses_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
@@ -118,6 +130,22 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
     congested_bypasses_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
+  return false;
+}
+
+bool CachedDevice::AdmitStream(const IoRequest& req, uint64_t now_ns) {
+  BucketAllocator& b = set_->buckets();
+  BucketAllocator::Usage u = b.usage();
+  if (SpareSpace(u.free, b.free_target(), u.buckets - u.reserved)) {
+    spare_admissions_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  MutexLock l(&detector_mu_);
+  if (ghosts_.Contains(dev_, req.offset, req.len, now_ns)) {
+    ghost_admissions_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  ghosts_.Add(dev_, req.offset, req.len, now_ns);
   return false;
 }
 
@@ -178,8 +206,11 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
   op->pending++;
   uint8_t* dst = static_cast<uint8_t*>(op->req.buf) + (start - op->req.offset);
   bool fill = !op->bypass && !was_hit;
-  last_backing_read_ns_.store(NowNanos(), std::memory_order_relaxed);
-  backing_->Read(start, len, dst, [this, op, start, len, dst, fill](Status st) {
+  uint64_t t0 = NowNanos();
+  last_backing_read_ns_.store(t0, std::memory_order_relaxed);
+  backing_->Read(start, len, dst, [this, op, start, len, dst, fill, t0](Status st) {
+    uint64_t now = NowNanos();
+    if (st.ok()) backing_time_.Observe(ServiceTime::Op::kRead, len, now - t0, now);
     // Fill after the client has its data: copy now, the buffer is theirs.
     if (st.ok() && fill) Fill(start, len, dst, op->since);
     PieceDone(op, std::move(st));
@@ -283,9 +314,10 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
       Extent ex = e;
       set_->cache_dev()->Read(ex.cache_offset, ex.len, dst, [this, op, ex, t0](Status st) {
         uint64_t now = NowNanos();
-        set_->congestion().Observe((now - t0) / 1000,
-                                   set_->knobs().congested_read_threshold_us.load(std::memory_order_relaxed),
-                                   now / 1000);
+        set_->cache_time().Observe(ServiceTime::Op::kRead, ex.len, now - t0, now);
+        set_->congestion().Observe(
+            (now - t0) / 1000,
+            FixedThresholdUs(set_->knobs().congested_read_threshold_us.load(std::memory_order_relaxed)), now / 1000);
         // A dirty extent is the only copy: its read error is the client's
         // (never the stale backing data).
         if (!st.ok()) set_->CountIoError(st);
@@ -319,7 +351,10 @@ void CachedDevice::Fill(uint64_t start, uint64_t len, const uint8_t* data, uint6
   for (uint64_t off = 0; off < len; off += bucket) {
     uint64_t n = std::min(bucket, len - off);
     auto space = set_->buckets().Allocate(Reactor::Current()->id(), n, policy);
-    if (!space.ok()) return;  // the cache is full of what it cannot drop: just don't cache
+    if (!space.ok()) {  // the cache is full of what it cannot drop: just don't cache
+      cache_full_bypasses_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     size_t cap = 0;
     uint8_t* copy = BufferPool::ForThread().Get(n, &cap);
     std::memcpy(copy, data + off, n);
@@ -499,12 +534,14 @@ void CachedDevice::AfterCleanDropped(uint64_t offset, uint64_t len, bool dropped
 void CachedDevice::WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done) {
   uint64_t t0 = NowNanos();
   set_->cache_dev()->Write(e.cache_offset, e.len, data, 0,
-                           [this, t0, done = std::move(done)](Status st) mutable {
+                           [this, t0, len = e.len, done = std::move(done)](Status st) mutable {
                              // Its latency feeds congestion; its error counts toward io_error_limit.
                              uint64_t now = NowNanos();
+                             set_->cache_time().Observe(ServiceTime::Op::kWrite, len, now - t0, now);
                              set_->congestion().Observe(
                                  (now - t0) / 1000,
-                                 set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed),
+                                 FixedThresholdUs(
+                                     set_->knobs().congested_write_threshold_us.load(std::memory_order_relaxed)),
                                  now / 1000);
                              if (!st.ok()) set_->CountIoError(st);
                              done(st.ok());
@@ -551,6 +588,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty,
     if (!space.ok()) {
       // The cache is full of what it cannot drop: write through instead
       // (never an error for the client, never a wait without bound).
+      cache_full_bypasses_.fetch_add(1, std::memory_order_relaxed);
       for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
       delete op;
       dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
@@ -672,6 +710,7 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
       uint64_t n = std::min(bucket, req.len - off);
       auto space = set_->buckets().Allocate(Reactor::Current()->id(), n, policy);
       if (!space.ok()) {
+        cache_full_bypasses_.fetch_add(1, std::memory_order_relaxed);
         op->cache_ok = false;
         break;
       }
@@ -694,8 +733,11 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
   // that drops the dirty one (a power cut must find one or the other): FUA.
   uint32_t backing_flags = req.flags | (has_dirty ? uint32_t{kIoFua} : uint32_t{0});
   auto issue = [this, op, finish, backing_flags]() mutable {
+    uint64_t t0 = NowNanos();
     backing_->Write(op->req.offset, op->req.len, op->req.buf, backing_flags,
-                    [op, finish](Status st) mutable {
+                    [this, op, finish, t0](Status st) mutable {
+                      uint64_t now = NowNanos();
+                      if (st.ok()) backing_time_.Observe(ServiceTime::Op::kWrite, op->req.len, now - t0, now);
                       op->backing_status = std::move(st);
                       finish();
                     });

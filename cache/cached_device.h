@@ -20,7 +20,11 @@
 //
 // Bypass: bcache's check_should_bypass — a request whose stream (see
 // SequentialDetector) reaches sequential_cutoff, or the congested cutoff
-// while the cache device is slow, is not inserted.
+// while the cache device is slow, is not inserted. With the knobs at "auto"
+// (as shipped) the rules of cache/admission.h decide instead: congestion
+// compares the cache device's measured service time with the backing
+// device's, and streams are admitted while there is space to spare or when
+// they are read again (ghost list).
 //
 // Detach/Attach (ctl detach / attach): while detached, reads go straight to
 // the backing device without looking at the index, and writes go to the
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "backend/block_device.h"
+#include "cache/admission.h"
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
 #include "cache/writeback.h"
@@ -73,6 +78,17 @@ class CachedDevice final : public BlockDevice {
   // sequential_cutoff long, or one at least the congestion cutoff long.
   uint64_t sequential_bypasses() const { return sequential_bypasses_.load(std::memory_order_relaxed); }
   uint64_t congested_bypasses() const { return congested_bypasses_.load(std::memory_order_relaxed); }
+  // The auto policies' decisions: requests bypassed because the cache
+  // device was expected to be slower than the backing device; streams
+  // admitted because the cache had space to spare, or because they were
+  // read again after bypassing (ghost list); requests the cache could not
+  // take because no space could be freed for them.
+  uint64_t auto_congested_bypasses() const { return auto_congested_bypasses_.load(std::memory_order_relaxed); }
+  uint64_t spare_admissions() const { return spare_admissions_.load(std::memory_order_relaxed); }
+  uint64_t ghost_admissions() const { return ghost_admissions_.load(std::memory_order_relaxed); }
+  uint64_t cache_full_bypasses() const { return cache_full_bypasses_.load(std::memory_order_relaxed); }
+  // What the backing device's reads and writes take, as this device sends them.
+  const ServiceTime& backing_time() const { return backing_time_; }
   Status Detach();
   Status Attach();
   bool attached() const { return attached_.load(std::memory_order_acquire); }
@@ -100,6 +116,8 @@ class CachedDevice final : public BlockDevice {
     bool writeback;  // the writeback thread's; else a foreground write over dirty data
   };
   bool ShouldBypass(const IoRequest& req, bool write);
+  // sequential_cutoff auto: whether a stream's request is cached anyway.
+  bool AdmitStream(const IoRequest& req, uint64_t now_ns);
   void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);
   // `dropped_clean`: an earlier pass of this write (one that waited for the
   // backing superblock) already invalidated clean extents of the range.
@@ -158,6 +176,11 @@ class CachedDevice final : public BlockDevice {
   CacheStats stats_;
   std::atomic<uint64_t> sequential_bypasses_{0};
   std::atomic<uint64_t> congested_bypasses_{0};
+  std::atomic<uint64_t> auto_congested_bypasses_{0};
+  std::atomic<uint64_t> spare_admissions_{0};
+  std::atomic<uint64_t> ghost_admissions_{0};
+  std::atomic<uint64_t> cache_full_bypasses_{0};
+  ServiceTime backing_time_;
   std::atomic<bool> attached_{true};
   // One detector for the device, as bcache's per-cached_dev one: a client
   // with several connections (nbdfuse, qemu, the kernel's nbd -C) spreads one
@@ -165,6 +188,7 @@ class CachedDevice final : public BlockDevice {
   // gaps in it.
   Mutex detector_mu_;
   SequentialDetector detector_ GUARDED_BY(detector_mu_);
+  GhostList ghosts_ GUARDED_BY(detector_mu_);
   BackingSuper* const super_;
   std::atomic<uint64_t> last_request_ns_{0};       // any client request
   std::atomic<uint64_t> last_backing_read_ns_{0};  // a miss read the backing device

@@ -21,11 +21,21 @@ Result<CacheMode> ParseCacheMode(std::string_view s);
 const char* ReplacementPolicyName(ReplacementPolicy p);
 Result<ReplacementPolicy> ParseReplacementPolicy(std::string_view s);
 
+// "auto" for sequential_cutoff and the congested thresholds: the adaptive
+// rules of cache/admission.h instead of bcache's fixed numbers.
+inline constexpr uint64_t kAutoCutoff = UINT64_MAX;
+inline constexpr uint32_t kAutoThresholdUs = UINT32_MAX;
+// bcache's fixed defaults, which `serve --policy bcache` restores.
+inline constexpr uint64_t kBcacheSequentialCutoff = 4u << 20;
+inline constexpr uint32_t kBcacheCongestedReadUs = 2000;
+inline constexpr uint32_t kBcacheCongestedWriteUs = 20000;
+
 struct CacheKnobs {
   std::atomic<CacheMode> cache_mode{CacheMode::kWritethrough};
-  std::atomic<uint64_t> sequential_cutoff{4u << 20};         // bytes; 0 disables
-  std::atomic<uint32_t> congested_read_threshold_us{2000};   // 0 disables
-  std::atomic<uint32_t> congested_write_threshold_us{20000};  // 0 disables
+  // Shipped as "auto"; a fixed value keeps bcache's meaning.
+  std::atomic<uint64_t> sequential_cutoff{kAutoCutoff};                // bytes; 0 disables
+  std::atomic<uint32_t> congested_read_threshold_us{kAutoThresholdUs};   // 0 disables
+  std::atomic<uint32_t> congested_write_threshold_us{kAutoThresholdUs};  // 0 disables
   std::atomic<ReplacementPolicy> replacement{ReplacementPolicy::kLru};
   std::atomic<uint32_t> writeback_percent{10};
   std::atomic<uint32_t> writeback_delay{30};
@@ -47,6 +57,16 @@ struct CacheKnobs {
   std::atomic<uint32_t> journal_delay_ms{100};
   // Memory for decoded index nodes; the set applies it to its ExtentIndex.
   std::atomic<uint64_t> btree_cache_size{64 << 20};
+
+  // bcache's fixed sequential_cutoff and congested thresholds, all at once.
+  void UseBcachePolicy() {
+    sequential_cutoff = kBcacheSequentialCutoff;
+    congested_read_threshold_us = kBcacheCongestedReadUs;
+    congested_write_threshold_us = kBcacheCongestedWriteUs;
+  }
 };
+
+// The bcache-score threshold a knob value stands for: "auto" has none (0).
+inline uint32_t FixedThresholdUs(uint32_t knob) { return knob == kAutoThresholdUs ? 0 : knob; }
 
 }  // namespace ubcache

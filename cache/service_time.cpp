@@ -19,7 +19,7 @@ const char* ServiceTime::ClassName(int cls) {
   return cls >= 0 && cls < kClasses ? kNames[cls] : "?";
 }
 
-void ServiceTime::Observe(Op op, uint64_t len, uint64_t latency_ns) {
+void ServiceTime::Observe(Op op, uint64_t len, uint64_t latency_ns, uint64_t now_ns) {
   Class& c = At(op, ClassOf(len));
   uint64_t sample_x16 = latency_ns << kWeightShift;
   uint64_t cur = c.mean_x16.load(std::memory_order_relaxed);
@@ -34,6 +34,7 @@ void ServiceTime::Observe(Op op, uint64_t len, uint64_t latency_ns) {
     }
   } while (!c.mean_x16.compare_exchange_weak(cur, next, std::memory_order_relaxed));
   c.samples.fetch_add(1, std::memory_order_relaxed);
+  last_ns_[static_cast<int>(op)].store(now_ns, std::memory_order_relaxed);
 }
 
 uint64_t ServiceTime::MeanNs(Op op, int cls) const {

@@ -30,7 +30,8 @@ class ServiceTime {
   // "4k", "64k", "1m", "big": the label metrics and ctl use.
   static const char* ClassName(int cls);
 
-  void Observe(Op op, uint64_t len, uint64_t latency_ns);
+  // A request of `len` bytes took `latency_ns`, completing at `now_ns`.
+  void Observe(Op op, uint64_t len, uint64_t latency_ns, uint64_t now_ns);
   // The class's mean in ns; 0 when it has no sample.
   uint64_t MeanNs(Op op, int cls) const;
   uint64_t Samples(Op op, int cls) const;
@@ -40,6 +41,8 @@ class ServiceTime {
   // alike, and a guess by size ratio would be off by the ratio); 0 when the
   // device has no sample of this operation at all.
   uint64_t ExpectNs(Op op, uint64_t len) const;
+  // When the newest sample of `op` (any class) completed; 0 before any.
+  uint64_t LastNs(Op op) const { return last_ns_[static_cast<int>(op)].load(std::memory_order_relaxed); }
 
  private:
   struct Class {
@@ -49,6 +52,7 @@ class ServiceTime {
   Class& At(Op op, int cls) { return classes_[static_cast<int>(op)][cls]; }
   const Class& At(Op op, int cls) const { return classes_[static_cast<int>(op)][cls]; }
   Class classes_[2][kClasses];
+  std::atomic<uint64_t> last_ns_[2] = {};
 };
 
 }  // namespace ubcache

@@ -145,6 +145,32 @@ Attribute IntKnob(std::string name, Group g, std::string help, std::atomic<T> Ca
   return a;
 }
 
+// An IntKnob that also takes "auto" (stored as `auto_value`, shown as
+// "auto"; NaN in metrics), its shipped default.
+template <typename T>
+Attribute AutoKnob(std::string name, Group g, std::string help, std::atomic<T> CacheKnobs::*field,
+                   T auto_value, uint64_t max, const char* unit, bool sizes, std::string metric,
+                   double scale = 1) {
+  Attribute a = IntKnob(std::move(name), g, std::move(help), field, 0, max, unit, sizes, std::move(metric), scale);
+  a.range = "auto, or " + a.range;
+  a.default_value = "auto";
+  a.get = [field, auto_value](Reading& r) {
+    T v = (r.target().set->knobs().*field).load();
+    return v == auto_value ? Value::Text("auto") : Value::Int(static_cast<uint64_t>(v));
+  };
+  auto set_fixed = a.set;
+  a.set = [field, auto_value, set_fixed, n = a.name, range = a.range](const Target& t,
+                                                                      std::string_view v) -> Status {
+    if (v != "auto") {
+      Status st = set_fixed(t, v);
+      return st.IsInvalidArgument() ? Refuse(n, v, range) : st;
+    }
+    (t.set->knobs().*field).store(auto_value);
+    return Status::OK();
+  };
+  return a;
+}
+
 Attribute Stat(std::string name, Group g, std::string help, std::string metric, MetricType type,
                std::function<Value(Reading&)> get) {
   Attribute a;
@@ -226,6 +252,27 @@ void AddStatsGroup(std::vector<Attribute>& table, Group g, StatsWindow w) {
   table.push_back(std::move(ratio));
 }
 
+// A device's measured service time (cache/service_time.h): its mean per
+// operation and size class, in µs, as `<what>_read_us/4k` ...; metrics
+// ubcache_<what>_service_time_seconds{op="read",size="4k"}.
+void AddServiceTime(std::vector<Attribute>& table, Group g, const std::string& what,
+                    std::function<const ServiceTime&(Reading&)> device) {
+  for (ServiceTime::Op op : {ServiceTime::Op::kRead, ServiceTime::Op::kWrite}) {
+    const char* op_name = op == ServiceTime::Op::kRead ? "read" : "write";
+    for (int cls = 0; cls < ServiceTime::kClasses; cls++) {
+      Attribute a = Stat(what + "_" + op_name + "_us/" + ServiceTime::ClassName(cls), g,
+                         "mean " + std::string(op_name) + " service time of the " + what +
+                             " device, requests up to this size class, µs (decayed; 0: no sample)",
+                         what + "_service_time_seconds", MetricType::kGauge, [device, op, cls](Reading& r) {
+                           return Value::Real(static_cast<double>(device(r).MeanNs(op, cls)) / 1000);
+                         });
+      a.scale = 1e-6;
+      a.labels = std::string("op=\"") + op_name + "\",size=\"" + ServiceTime::ClassName(cls) + "\"";
+      table.push_back(std::move(a));
+    }
+  }
+}
+
 std::vector<Attribute> BuildTable() {
   std::vector<Attribute> t;
   constexpr uint64_t kUint = std::numeric_limits<uint32_t>::max();
@@ -237,8 +284,10 @@ std::vector<Attribute> BuildTable() {
       "cache_mode", "mode", {"writethrough", "writeback", "writearound", "none"}, "writethrough",
       [](Reading& r) { return Value::Text(CacheModeName(r.target().set->knobs().cache_mode.load())); },
       SetCacheMode));
-  t.push_back(IntKnob("sequential_cutoff", bdev, "streams this long bypass the cache; 0 disables",
-                      &CacheKnobs::sequential_cutoff, 0, kUint, "bytes", true, "sequential_cutoff_bytes"));
+  t.push_back(AutoKnob("sequential_cutoff", bdev,
+                       "streams this long bypass the cache; 0 disables; auto: streams are cached while there "
+                       "is space to spare or when read again",
+                       &CacheKnobs::sequential_cutoff, kAutoCutoff, kUint, "bytes", true, "sequential_cutoff_bytes"));
   t.push_back(IntKnob("writeback_percent", bdev, "dirty data target, percent of the cache",
                       &CacheKnobs::writeback_percent, 0, 40, "percent", false, "writeback_percent"));
   t.push_back(IntKnob("writeback_delay", bdev, "seconds to sleep after a full writeback pass",
@@ -279,6 +328,25 @@ std::vector<Attribute> BuildTable() {
   t.push_back(Stat("congested_bypasses", bdev, "requests sent around the cache because the cache device was congested",
                    "congested_bypasses_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->congested_bypasses()); }));
+  t.push_back(Stat("auto_congested_bypasses", bdev,
+                   "requests sent around the cache because the cache device was expected to be slower than the "
+                   "backing device (congested thresholds auto)",
+                   "auto_congested_bypasses_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->auto_congested_bypasses()); }));
+  t.push_back(Stat("spare_admissions", bdev,
+                   "stream requests cached because the cache had free space to spare (sequential_cutoff auto)",
+                   "spare_admissions_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->spare_admissions()); }));
+  t.push_back(Stat("ghost_admissions", bdev,
+                   "stream requests cached because their range had bypassed recently and is read again "
+                   "(sequential_cutoff auto)",
+                   "ghost_admissions_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->ghost_admissions()); }));
+  t.push_back(Stat("cache_full_bypasses", bdev,
+                   "requests not cached because no cache space could be freed for them",
+                   "cache_full_bypasses_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->cache_full_bypasses()); }));
+  AddServiceTime(t, bdev, "backing", [](Reading& r) -> const ServiceTime& { return r.target().device->backing_time(); });
   {
     Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state", "state",
                        MetricType::kGauge, [](Reading& r) {
@@ -297,13 +365,14 @@ std::vector<Attribute> BuildTable() {
                    [](Reading& r) { return Value::Int(r.target().device->size()); }));
 
   // ---- cache set (bcache: /sys/fs/bcache/<uuid>/) ----
-  t.push_back(IntKnob("congested_read_threshold_us", cset,
-                      "cache read latency above which reads start bypassing; 0 disables",
-                      &CacheKnobs::congested_read_threshold_us, 0, kUint, "us", false,
-                      "congested_read_threshold_seconds", 1e-6));
-  t.push_back(IntKnob("congested_write_threshold_us", cset, "the same for writes; 0 disables",
-                      &CacheKnobs::congested_write_threshold_us, 0, kUint, "us", false,
-                      "congested_write_threshold_seconds", 1e-6));
+  t.push_back(AutoKnob("congested_read_threshold_us", cset,
+                       "cache read latency above which reads start bypassing; 0 disables; auto: reads bypass "
+                       "while the cache device is measured slower than the backing device",
+                       &CacheKnobs::congested_read_threshold_us, kAutoThresholdUs, kUint - 1, "us", false,
+                       "congested_read_threshold_seconds", 1e-6));
+  t.push_back(AutoKnob("congested_write_threshold_us", cset, "the same for writes; 0 disables; auto: compared",
+                       &CacheKnobs::congested_write_threshold_us, kAutoThresholdUs, kUint - 1, "us", false,
+                       "congested_write_threshold_seconds", 1e-6));
   {
     Attribute a = IntKnob("btree_cache_size", cset, "memory for decoded index nodes", &CacheKnobs::btree_cache_size,
                           1 << 20, uint64_t{1} << 40, "bytes", true, "btree_cache_size_bytes");
@@ -387,6 +456,7 @@ std::vector<Attribute> BuildTable() {
                      const PS& p = r.priority();
                      return Value::List(std::vector<double>(std::begin(p.quantiles), std::end(p.quantiles)));
                    }));
+  AddServiceTime(t, cdev, "cache", [](Reading& r) -> const ServiceTime& { return r.target().set->cache_time(); });
   t.push_back(Stat("free_buckets", cdev, "buckets on the free list or reclaimable", "free_buckets",
                    MetricType::kGauge, [](Reading& r) { return Value::Int(r.target().set->buckets().usage().free); }));
 

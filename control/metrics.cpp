@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -110,6 +111,11 @@ void AppendSamples(std::string& out, const Family& f, const Attribute& a, const 
       end(v.kind == Value::Kind::kInt ? static_cast<double>(v.i) : v.r);
       break;
     case Value::Kind::kText:
+      if (a.choices.empty()) {  // a number knob at "auto": no number to give
+        begin();
+        end(std::numeric_limits<double>::quiet_NaN());
+        break;
+      }
       for (const std::string& c : a.choices) {
         begin();
         extra(a.enum_label);

@@ -61,23 +61,35 @@ void ApplyKnobFlags(const Args& args, CacheKnobs& k) {
     if (!m.ok()) fail(m.status());
     k.cache_mode = *m;
   }
+  if (args.Has("policy")) {
+    std::string p = args.Get("policy");
+    if (p == "bcache")
+      k.UseBcachePolicy();
+    else if (p != "auto")
+      fail(Status::InvalidArgument("--policy: '" + p + "' (auto, bcache)"));
+  }
+  // The single knobs after --policy: they refine it.
   if (args.Has("sequential-cutoff")) {
-    auto v = ParseSize(args.Get("sequential-cutoff"));
-    if (!v.ok()) fail(v.status());
-    k.sequential_cutoff = *v;
+    if (args.Get("sequential-cutoff") == "auto") {
+      k.sequential_cutoff = kAutoCutoff;
+    } else {
+      auto v = ParseSize(args.Get("sequential-cutoff"));
+      if (!v.ok()) fail(v.status());
+      k.sequential_cutoff = *v;
+    }
   }
-  if (args.Has("congested-read-threshold-us")) {
-    auto v = ParseUint(args.Get("congested-read-threshold-us"), 0, 60'000'000,
-                       "--congested-read-threshold-us");
+  auto threshold = [&](const char* flag, std::atomic<uint32_t>& knob) {
+    if (!args.Has(flag)) return;
+    if (args.Get(flag) == "auto") {
+      knob = kAutoThresholdUs;
+      return;
+    }
+    auto v = ParseUint(args.Get(flag), 0, 60'000'000, std::string("--") + flag);
     if (!v.ok()) fail(v.status());
-    k.congested_read_threshold_us = static_cast<uint32_t>(*v);
-  }
-  if (args.Has("congested-write-threshold-us")) {
-    auto v = ParseUint(args.Get("congested-write-threshold-us"), 0, 60'000'000,
-                       "--congested-write-threshold-us");
-    if (!v.ok()) fail(v.status());
-    k.congested_write_threshold_us = static_cast<uint32_t>(*v);
-  }
+    knob = static_cast<uint32_t>(*v);
+  };
+  threshold("congested-read-threshold-us", k.congested_read_threshold_us);
+  threshold("congested-write-threshold-us", k.congested_write_threshold_us);
   if (args.Has("cache-replacement-policy")) {
     auto p = ParseReplacementPolicy(args.Get("cache-replacement-policy"));
     if (!p.ok()) fail(p.status());
@@ -202,10 +214,17 @@ int ServeMain(int argc, char** argv) {
       .Option("bucket-size", "SIZE", "cache bucket size", "512k")
       .Option("btree-cache-size", "SIZE", "memory for index nodes", "64M")
       .Option("cache-mode", "MODE", "writethrough, writeback, writearound, none", "writethrough")
-      .Option("sequential-cutoff", "SIZE", "streams this long bypass the cache; 0 disables", "4M")
+      .Option("policy", "P",
+              "auto: the adaptive defaults below; bcache: bcache's fixed ones (sequential cutoff 4M, "
+              "congested thresholds 2000 and 20000 us), for comparison", "auto")
+      .Option("sequential-cutoff", "SIZE",
+              "streams this long bypass the cache; 0 disables; auto: streams of 4M or more are cached "
+              "while the cache has space to spare, and when read again soon after bypassing", "auto")
       .Option("congested-read-threshold-us", "US",
-              "cache read latency above which reads start bypassing; 0 disables", "2000")
-      .Option("congested-write-threshold-us", "US", "the same for writes; 0 disables", "20000")
+              "cache read latency above which reads start bypassing; 0 disables; auto: reads bypass "
+              "only while the cache device is measured slower than the backing device", "auto")
+      .Option("congested-write-threshold-us", "US", "the same for writes; 0 disables; auto: compared",
+              "auto")
       .Option("cache-replacement-policy", "POLICY", "lru, fifo, random", "lru")
       .Option("nbd", "ADDR", "listen on unix:PATH or tcp:HOST:PORT (TCP only when asked)",
               std::nullopt, true)

@@ -13,7 +13,8 @@
 #   tuned     the report's tuning: all three 0
 #   cutoff0   sequential_cutoff 0 alone (thresholds at the defaults)
 #   cong0     congested thresholds 0 alone (cutoff at the default)
-#   shipped   no flags: ubcache as it ships
+#   shipped   no flags: ubcache as it ships (--policy auto: congestion
+#             compared with the backing device, the learning cutoff)
 # in writethrough and in writeback. On each: `sysbench fileio prepare` (a
 # file set that fits the cache, written through the target, so the cutoff
 # decides what is cached), then sysbench fileio rndrw (16 KiB, O_DIRECT,
@@ -24,7 +25,7 @@
 # read after the prepare and after every run.
 #
 # The targets run in a fixed order, and the whole order is repeated: A B C …
-# A B C … (--quick: once, writeback only untuned and tuned).
+# A B C … (--quick: once, writeback only untuned, tuned and shipped).
 # Environment TUNE_SECONDS, TUNE_REPEAT, TUNE_FILESET, TUNE_CONFIGS override.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -32,7 +33,7 @@ set -euo pipefail
 if [[ $QUICK == 1 ]]; then
   secs=${TUNE_SECONDS:-3} repeat=${TUNE_REPEAT:-1} fileset=${TUNE_FILESET:-256M}
   CACHE_SIZE=2G BACKING_SIZE=4G
-  configs=(backing cache wt:untuned wt:tuned wt:cutoff0 wt:cong0 wt:shipped wb:untuned wb:tuned)
+  configs=(backing cache wt:untuned wt:tuned wt:cutoff0 wt:cong0 wt:shipped wb:untuned wb:tuned wb:shipped)
 else
   secs=${TUNE_SECONDS:-20} repeat=${TUNE_REPEAT:-2} fileset=${TUNE_FILESET:-1G}
   CACHE_SIZE=4G BACKING_SIZE=8G
@@ -155,7 +156,8 @@ def fio(path):
 
 KEYS = ["stats_total/cache_hits", "stats_total/cache_misses", "stats_total/cache_bypass_hits",
         "stats_total/cache_bypass_misses", "stats_total/bypassed", "sequential_bypasses", "congested_bypasses",
-        "congested_slow_ios", "dirty_data", "writeback_written"]
+        "congested_slow_ios", "auto_congested_bypasses", "spare_admissions", "ghost_admissions",
+        "cache_full_bypasses", "dirty_data", "writeback_written"]
 
 def counters(p, tag):
     def load(t):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # 092-cache-cutoff — bcache's sequential cutoff:
-#  - default (4M): a 64 MiB sequential read (bs 1M, one job, iodepth 4)
+#  - bcache's default (4M, --policy bcache): a 64 MiB sequential read (bs 1M, one job, iodepth 4)
 #    bypasses the cache once its stream reaches 4 MiB: the statistics show
 #    bypassed ≥ 60 MiB, ≥ 60 bypass misses and at most 4 cached misses;
 #    a second read of the same range is bypassed again (it was not cached);
@@ -54,7 +54,7 @@ compare() {
 MiB=$((1 << 20))
 
 # ---- default cutoff ----
-start_server --cache "$CACHE" --backing "$BACKING" --nbd "unix:$SOCK"
+start_server --cache "$CACHE" --backing "$BACKING" --nbd "unix:$SOCK" --policy bcache
 seq_read "default cutoff"
 ((OPS == 64)) || fail "expected 64 reads of 1 MiB, fio did $OPS"
 stop_server
@@ -64,7 +64,7 @@ stats
 ((misses <= 4 && hits == 0)) || soft_fail "default cutoff: $misses misses / $hits hits counted as cached (want ≤ 4 / 0)"
 
 # The bypassed range was not cached: reading it again bypasses again.
-start_server --cache "$CACHE" --backing "$BACKING" --nbd "unix:$SOCK"
+start_server --cache "$CACHE" --backing "$BACKING" --nbd "unix:$SOCK" --policy bcache
 seq_read "default cutoff, pass 1"
 seq_read "default cutoff, pass 2"
 stop_server
@@ -94,7 +94,7 @@ compare "cutoff 0, cached"
 stop_server
 stats
 ((hits > 0)) || soft_fail "cutoff 0: the second nbdcopy got no cache hits"
-start_server --cache "$CACHE" --backing "$BACKING" --nbd "unix:$SOCK"
+start_server --cache "$CACHE" --backing "$BACKING" --nbd "unix:$SOCK" --policy bcache
 compare "default cutoff"
 stop_server
 soft_fail_report

@@ -5,7 +5,7 @@
 # ≥ 5 ms. Warm-up: 4k random writes (writethrough: they go to the cache;
 # 5 ms is under the 20 ms write threshold). Then 4k random reads of the
 # same blocks, verified (fio --verify_only):
-#  - default read threshold (2000 us; write congestion off, so every
+#  - bcache's read threshold (2000 us, --policy bcache; write congestion off, so every
 #    warm-up write is cached): the cache reads are slower than
 #    the threshold, the congestion score falls and reads bypass — in
 #    cached_device.h's sense: hits are still read from the cache, but are
@@ -47,7 +47,7 @@ SLOW="fault,latency_us=5000:$CACHE"
 
 # ---- default thresholds: congested reads bypass ----
 OFF=0
-start_server --cache "$SLOW" --backing "$BACKING" --nbd "unix:$SOCK"
+start_server --cache "$SLOW" --backing "$BACKING" --nbd "unix:$SOCK" --policy bcache
 run_fio "warm (writes)" --do_verify=0
 w=$OPS
 ((w == 0)) || fail "warm-up did reads"
@@ -63,7 +63,7 @@ stats
 # some warm-up writes took over 20 ms, the write score fell, and 1344 of
 # 2048 warm-up writes bypassed, so their reads missed. This part is about
 # the read threshold; the write side is left at its default above.
-start_server --cache "$SLOW" --backing "$BACKING" --nbd "unix:$SOCK" --congested-write-threshold-us 0
+start_server --cache "$SLOW" --backing "$BACKING" --nbd "unix:$SOCK" --policy bcache --congested-write-threshold-us 0
 run_fio "warm (writes)" --do_verify=0
 run_fio "slow reads" --verify_only=1
 r=$OPS

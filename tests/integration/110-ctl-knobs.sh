@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # 110-ctl-knobs — `ubcache ctl` against a running daemon:
-#  - show lists every DESIGN.md §4 knob with bcache's default;
+#  - show lists every DESIGN.md §4 knob with bcache's default (auto for
+#    sequential_cutoff and the congested thresholds, issue 13);
 #  - set then get round-trips (human sizes too); a bad value or unknown name
 #    is refused (exit 1, the valid range named) and the old value is kept;
 #  - exit status 0 / 1 (daemon error) / 2 (usage, unreachable socket), one
@@ -23,10 +24,10 @@ PORT=$(free_tcp_port)
 start_server --cache "$WORK/cache.img" --backing "$WORK/backing.img" --nbd "unix:$SOCK" \
   --control "$CTL_SOCK" --metrics-listen "127.0.0.1:$PORT"
 
-# ---- show: every knob, bcache's defaults ----
+# ---- show: every knob, bcache's defaults (the adaptive three: auto) ----
 show=$(ctl show) || fail "ctl show exited $?"
-for kv in "cache_mode writethrough" "sequential_cutoff 4194304" "congested_read_threshold_us 2000" \
-  "congested_write_threshold_us 20000" "cache_replacement_policy lru" "writeback_percent 10" \
+for kv in "cache_mode writethrough" "sequential_cutoff auto" "congested_read_threshold_us auto" \
+  "congested_write_threshold_us auto" "cache_replacement_policy lru" "writeback_percent 10" \
   "writeback_delay 30" "writeback_running 1" "writeback_rate 524288" "writeback_rate_update_seconds 5" \
   "writeback_rate_p_term_inverse 40" "writeback_rate_i_term_inverse 10000" "writeback_rate_minimum 4096" \
   "btree_cache_size 67108864" "cutoff_writeback 40" "cutoff_writeback_sync 70" "dirty_data 0" \
@@ -54,7 +55,7 @@ expect_exit() {
   grep -qF -- "$needle" <<<"$err" || fail "'$*': stderr lacks '$needle': $err"
   [[ $(grep -c . <<<"$err") -le 2 ]] || fail "'$*': more than one message: $err"
 }
-expect_exit 1 "valid: 0..4294967295 bytes" ctl set sequential_cutoff 12parsecs
+expect_exit 1 "valid: auto, or 0..4294967295 bytes" ctl set sequential_cutoff 12parsecs
 [[ $(ctl get sequential_cutoff) == 8388608 ]] || fail "a refused set changed the value"
 expect_exit 1 "valid: 0..40 percent" ctl set writeback_percent 41
 [[ $(ctl get writeback_percent) == 20 ]] || fail "a refused writeback_percent changed the value"

@@ -2,7 +2,7 @@
 # 111-ctl-live — knobs set through `ubcache ctl` take effect on the next
 # request, in the same daemon run:
 #  - a 64 MiB sequential read (bs 1M, iodepth 4, as 092 measures it)
-#    bypasses the cache at the default 4M cutoff; after
+#    bypasses the cache at bcache's 4M cutoff (--policy bcache); after
 #    `ctl set sequential_cutoff 0` the same read is cached (pass 1 all
 #    misses, pass 2 all hits, nothing bypassed);
 #  - writethrough caches a write (reading it back is a hit); after
@@ -18,7 +18,7 @@ random_file "$WORK/backing.img" 96
 truncate -s 128M "$WORK/backing.img"
 truncate -s 256M "$WORK/cache.img"
 start_server --cache "$WORK/cache.img" --backing "$WORK/backing.img" --nbd "unix:$SOCK" \
-  --control "$CTL_SOCK" $NO_CONGESTION
+  --control "$CTL_SOCK" --policy bcache $NO_CONGESTION
 
 MiB=$((1 << 20))
 stat_of() { ctl get "stats_total/$1" || fail "ctl get stats_total/$1"; }

@@ -7,12 +7,18 @@
 
 using namespace ubcache;
 
-TEST_CASE("knob defaults are bcache's") {
+TEST_CASE("knob defaults are bcache's, but for the adaptive ones, which --policy bcache restores") {
   CacheKnobs k;
   REQUIRE(k.cache_mode.load() == CacheMode::kWritethrough);
+  REQUIRE(k.sequential_cutoff.load() == kAutoCutoff);
+  REQUIRE(k.congested_read_threshold_us.load() == kAutoThresholdUs);
+  REQUIRE(k.congested_write_threshold_us.load() == kAutoThresholdUs);
+  REQUIRE(FixedThresholdUs(k.congested_read_threshold_us.load()) == 0);  // no bcache score under auto
+  k.UseBcachePolicy();
   REQUIRE(k.sequential_cutoff.load() == 4u * 1024 * 1024);
   REQUIRE(k.congested_read_threshold_us.load() == 2000);
   REQUIRE(k.congested_write_threshold_us.load() == 20000);
+  REQUIRE(FixedThresholdUs(k.congested_read_threshold_us.load()) == 2000);
   REQUIRE(k.replacement.load() == ReplacementPolicy::kLru);
   REQUIRE(k.writeback_percent.load() == 10);
   REQUIRE(k.writeback_delay.load() == 30);

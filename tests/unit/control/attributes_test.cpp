@@ -26,9 +26,9 @@ TEST_CASE("every knob of DESIGN.md section 4 is settable and starts at bcache's 
   ControlRig rig;
   const std::map<std::string, std::string> kDefaults = {
       {"cache_mode", "writethrough"},
-      {"sequential_cutoff", "4194304"},
-      {"congested_read_threshold_us", "2000"},
-      {"congested_write_threshold_us", "20000"},
+      {"sequential_cutoff", "auto"},
+      {"congested_read_threshold_us", "auto"},
+      {"congested_write_threshold_us", "auto"},
       {"writeback_percent", "10"},
       {"writeback_delay", "30"},
       {"writeback_running", "1"},
@@ -64,6 +64,14 @@ TEST_CASE("set then get round-trips every writable attribute, human sizes includ
   }
   REQUIRE(SetAttribute(rig.target, "sequential_cutoff", "8M").ok());
   CHECK(rig.set->knobs().sequential_cutoff.load() == 8u << 20);
+  // "auto" comes back from a fixed value, and a fixed one from "auto".
+  REQUIRE(SetAttribute(rig.target, "sequential_cutoff", "auto").ok());
+  CHECK(Get(rig, "sequential_cutoff") == "auto");
+  REQUIRE(SetAttribute(rig.target, "congested_read_threshold_us", "2000").ok());
+  CHECK(rig.set->knobs().congested_read_threshold_us.load() == 2000);
+  REQUIRE(SetAttribute(rig.target, "congested_read_threshold_us", "auto").ok());
+  CHECK(rig.set->knobs().congested_read_threshold_us.load() == kAutoThresholdUs);
+  CHECK(!SetAttribute(rig.target, "congested_read_threshold_us", "4294967295").ok());  // auto's own number
   REQUIRE(SetAttribute(rig.target, "btree_cache_size", "2M").ok());
   CHECK(Get(rig, "btree_cache_size") == "2097152");
 }
@@ -73,7 +81,7 @@ TEST_CASE("a bad value is refused with the valid range and the old value is kept
   REQUIRE(SetAttribute(rig.target, "sequential_cutoff", "1M").ok());
   Status st = SetAttribute(rig.target, "sequential_cutoff", "lots");
   CHECK(st.IsInvalidArgument());
-  CHECK(st.message().find("valid: 0..4294967295") != std::string::npos);
+  CHECK(st.message().find("valid: auto, or 0..4294967295") != std::string::npos);
   CHECK(Get(rig, "sequential_cutoff") == "1048576");
   CHECK(!SetAttribute(rig.target, "writeback_percent", "41").ok());
   CHECK(Get(rig, "writeback_percent") == "10");

@@ -139,7 +139,7 @@ TEST_CASE("a peer that is neither root nor the daemon's uid is refused") {
   }
   waitpid(pid, &status, 0);
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(s.rig.set->knobs().sequential_cutoff.load() == 4u << 20);  // unchanged
+  CHECK(s.rig.set->knobs().sequential_cutoff.load() == kAutoCutoff);  // unchanged
 }
 
 TEST_CASE("the metrics listener answers GET /metrics with Prometheus text and 404 elsewhere") {

@@ -62,7 +62,7 @@ TEST_CASE("show lists every attribute once, grouped, as name value lines") {
   }
   CHECK(headers == 8);
   CHECK(names.size() == Attributes().size());
-  CHECK(out->find("sequential_cutoff 4194304\n") != std::string::npos);
+  CHECK(out->find("sequential_cutoff auto\n") != std::string::npos);
 }
 
 TEST_CASE("get, set and stats answer in text and JSON") {
