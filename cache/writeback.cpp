@@ -410,14 +410,15 @@ uint64_t Writeback::Pass(bool full_speed) {
       next_io_ = std::max(next_io_, now) + n * kNs / rate;
       dbg_next_io_ = next_io_;
       d.backing_->Write(w->start + off, n, w->buf.data() + off, 0,
-                        [&inflight, &yield_until, w, yield, t0 = now](Status st) {
+                        [&inflight, &yield_until, w, yield, t0 = now, dev = &d, n](Status st) {
+                          uint64_t done_ns = NowNanos();
+                          // What the backing device takes for a write: in
+                          // writeback, often the only writes it sees (auto congestion).
+                          if (st.ok()) dev->backing_time_.Observe(ServiceTime::Op::kWrite, n, done_ns - t0, done_ns);
                           if (!st.ok() && w->st.ok()) w->st = std::move(st);
                           w->outstanding--;
                           inflight--;
-                          if (yield) {
-                            uint64_t t = NowNanos();
-                            yield_until = t + kReaderYield * (t - t0);
-                          }
+                          if (yield) yield_until = done_ns + kReaderYield * (done_ns - t0);
                         });
     }
     if (inflight > 0 || (next < writes.size() && writes[next]->reading > 0)) {
