@@ -4,9 +4,10 @@ namespace ubcache {
 
 bool AutoCongested(const ServiceTime& cache, const ServiceTime& backing, ServiceTime::Op op,
                    uint64_t len, uint64_t now_ns) {
-  uint64_t c = cache.ExpectNs(op, len);
-  uint64_t b = backing.ExpectNs(op, len);
-  if (c == 0 || b == 0) return false;  // no evidence either way
+  uint64_t cn = 0, bn = 0;
+  uint64_t c = cache.ExpectNs(op, len, &cn);
+  uint64_t b = backing.ExpectNs(op, len, &bn);
+  if (cn < kMinSamples || bn < kMinSamples) return false;  // not evidence enough either way
   uint64_t last = cache.LastNs(op);
   if (now_ns > last && now_ns - last > kProbeNs) return false;  // stale: measure it again
   // Clearly slower only: a fill or a cached write is worth some time now

@@ -11,7 +11,9 @@
 // longer for it than the backing device: both are measured (ServiceTime,
 // per operation and size class), so a spindle, an NBD export over a slow
 // link and a fast network store are told apart by their numbers. Without
-// samples of both there is no evidence, and nothing bypasses. "Slower"
+// kMinSamples of both in the class compared there is no evidence (the
+// first sample sets a mean, and one scheduling hiccup is not a slow
+// device), and nothing bypasses. "Slower"
 // means clearly slower: by a quarter of the backing device's time plus
 // kCongestionSlackNs, so that two devices of about one speed do not flap
 // between caching and bypassing on noise (a fill pays later). A cache
@@ -45,6 +47,7 @@ namespace ubcache {
 
 inline constexpr uint64_t kProbeNs = 100'000'000;  // 100 ms
 inline constexpr uint64_t kCongestionSlackNs = 100'000;  // 100 us
+inline constexpr uint64_t kMinSamples = 8;  // per device, in the class compared
 inline constexpr uint64_t kAutoStreamBytes = 4u << 20;
 inline constexpr unsigned kSpareFraction = 10;  // percent of usable buckets
 

@@ -45,13 +45,18 @@ uint64_t ServiceTime::Samples(Op op, int cls) const {
   return At(op, cls).samples.load(std::memory_order_relaxed);
 }
 
-uint64_t ServiceTime::ExpectNs(Op op, uint64_t len) const {
+uint64_t ServiceTime::ExpectNs(Op op, uint64_t len, uint64_t* samples) const {
   int want = ClassOf(len);
-  if (Samples(op, want) > 0) return MeanNs(op, want);
-  for (int d = 1; d < kClasses; d++) {
-    for (int cls : {want - d, want + d})
-      if (cls >= 0 && cls < kClasses && Samples(op, cls) > 0) return MeanNs(op, cls);
+  for (int d = 0; d < kClasses; d++) {
+    for (int cls : {want - d, want + d}) {
+      if (cls < 0 || cls >= kClasses) continue;
+      uint64_t n = Samples(op, cls);
+      if (n == 0) continue;
+      if (samples) *samples = n;
+      return MeanNs(op, cls);
+    }
   }
+  if (samples) *samples = 0;
   return 0;
 }
 

@@ -40,7 +40,8 @@ class ServiceTime {
   // seek and rotation, or a queue, dominate small and mid-sized requests
   // alike, and a guess by size ratio would be off by the ratio); 0 when the
   // device has no sample of this operation at all.
-  uint64_t ExpectNs(Op op, uint64_t len) const;
+  // `samples`, when given, gets the sample count behind the answer.
+  uint64_t ExpectNs(Op op, uint64_t len, uint64_t* samples = nullptr) const;
   // When the newest sample of `op` (any class) completed; 0 before any.
   uint64_t LastNs(Op op) const { return last_ns_[static_cast<int>(op)].load(std::memory_order_relaxed); }
 

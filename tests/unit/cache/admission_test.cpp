@@ -53,7 +53,9 @@ TEST_CASE("auto congestion: no evidence, no bypass, and a stale picture lets a p
   CHECK_FALSE(AutoCongested(cache, backing, Op::kRead, 4096, kT0));  // neither measured
   Feed(cache, Op::kRead, 20 * kMs, 8, kT0);
   CHECK_FALSE(AutoCongested(cache, backing, Op::kRead, 4096, kT0));  // backing not measured
-  Feed(backing, Op::kRead, 1 * kMs, 8, kT0);
+  Feed(backing, Op::kRead, 1 * kMs, 7, kT0);
+  CHECK_FALSE(AutoCongested(cache, backing, Op::kRead, 4096, kT0));  // one sample short of evidence
+  Feed(backing, Op::kRead, 1 * kMs, 1, kT0);
   CHECK(AutoCongested(cache, backing, Op::kRead, 4096, kT0 + kProbeNs));
   // Nothing reached the cache for longer than kProbeNs: send the next request to it.
   CHECK_FALSE(AutoCongested(cache, backing, Op::kRead, 4096, kT0 + kProbeNs + 1));
@@ -63,10 +65,12 @@ TEST_CASE("auto congestion: compares within the request's size class") {
   ServiceTime cache, backing;
   // The cache is slower for 1 MiB requests only (a bandwidth-bound SSD
   // beside a store with more bandwidth), faster for 4 KiB ones.
-  cache.Observe(Op::kRead, 4096, 100'000, kT0);
-  backing.Observe(Op::kRead, 4096, 2 * kMs, kT0);
-  cache.Observe(Op::kRead, 1 << 20, 8 * kMs, kT0);
-  backing.Observe(Op::kRead, 1 << 20, 4 * kMs, kT0);
+  for (uint64_t i = 0; i < kMinSamples; i++) {
+    cache.Observe(Op::kRead, 4096, 100'000, kT0);
+    backing.Observe(Op::kRead, 4096, 2 * kMs, kT0);
+    cache.Observe(Op::kRead, 1 << 20, 8 * kMs, kT0);
+    backing.Observe(Op::kRead, 1 << 20, 4 * kMs, kT0);
+  }
   CHECK_FALSE(AutoCongested(cache, backing, Op::kRead, 4096, kT0));
   CHECK(AutoCongested(cache, backing, Op::kRead, 1 << 20, kT0));
 }

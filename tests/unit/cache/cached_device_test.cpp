@@ -39,6 +39,10 @@ struct Rig {
     o.reserved_bytes = 1 << 20;
     set = std::move(CacheSet::Create(cache.get(), o).value());
     set->knobs().sequential_cutoff = 0;  // every read may be cached
+    // Data paths, not congestion: no read or write bypasses for it (the
+    // auto rule is tested below and in admission_test).
+    set->knobs().congested_read_threshold_us = 0;
+    set->knobs().congested_write_threshold_us = 0;
     dev = std::make_unique<CachedDevice>("mem:backing", set.get(), 0, backing.get());
   }
   void Fill(uint64_t off, uint64_t len, uint8_t seed) {
