@@ -16,9 +16,9 @@ bool AutoCongested(const ServiceTime& cache, const ServiceTime& backing, Service
   return c > b + b / 4 + kCongestionSlackNs;
 }
 
-bool SpareSpace(uint64_t free, uint64_t free_target, uint64_t usable) {
-  if (usable == 0 || free <= free_target) return false;
-  return (free - free_target) * 100 > usable * kSpareFraction;
+bool SpareSpace(uint64_t spare, uint64_t free_target, uint64_t usable) {
+  if (usable == 0 || spare <= free_target) return false;
+  return (spare - free_target) * 100 > usable * kSpareFraction;
 }
 
 void GhostList::Add(uint32_t dev, uint64_t offset, uint64_t len, uint64_t now_ns) {

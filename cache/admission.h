@@ -24,9 +24,13 @@
 //
 // Sequential cutoff that learns (sequential_cutoff auto). A stream (a run
 // of at least kAutoStreamBytes, bcache's 4 MiB) is admitted while the cache
-// has free space to spare — more than kSpareFraction of its usable buckets
-// free beyond the allocator's own reserve — since caching it then evicts
-// nothing. Past that it bypasses, as bcache's cutoff would, and its range
+// has space to spare — more than kSpareFraction of its usable buckets free
+// beyond the allocator's own reserve, or dead (GC found nothing live in
+// them: overwritten, discarded or invalidated data) — since caching it
+// then evicts nothing. Space that is merely old is not spare: a nightly
+// backup runs after hours in which the day's hot set was not touched, and
+// by any clock that set looks cold; what the cutoff protects is exactly
+// that set. Past that it bypasses, as bcache's cutoff would, and its range
 // goes on a ghost list; a later request that overlaps a ghost range within
 // kGhostNanos is admitted: the stream is being re-read, so it is worth the
 // space. A ghost list of ranges, rather than per-block history, because a
@@ -56,10 +60,10 @@ inline constexpr unsigned kSpareFraction = 10;  // percent of usable buckets
 bool AutoCongested(const ServiceTime& cache, const ServiceTime& backing, ServiceTime::Op op,
                    uint64_t len, uint64_t now_ns);
 
-// True when the cache has space to spare for a stream: free buckets beyond
-// `free_target` (the allocator's reserve) are more than kSpareFraction
-// percent of the `usable` buckets.
-bool SpareSpace(uint64_t free, uint64_t free_target, uint64_t usable);
+// True when the cache has space to spare for a stream: `spare` buckets
+// (free or dead) beyond `free_target` (the allocator's reserve) are more
+// than kSpareFraction percent of the `usable` buckets.
+bool SpareSpace(uint64_t spare, uint64_t free_target, uint64_t usable);
 
 class GhostList {
  public:

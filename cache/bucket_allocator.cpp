@@ -60,7 +60,7 @@ bool BucketAllocator::ReclaimableLocked(uint32_t b) const {
 uint64_t BucketAllocator::VictimKeyLocked(uint32_t b, ReplacementPolicy policy) const {
   const Bucket& k = buckets_[b];
   // GC found nothing live in it: dropping it costs no cached data.
-  if (b < live_.size() && live_[b] == 0 && k.filled_seq < live_seq_) return 0;
+  if (DeadLocked(b)) return 0;
   switch (policy) {
     case ReplacementPolicy::kLru:
       // Priority first; among equal ones (priorities decay only every 30 s,
@@ -85,6 +85,7 @@ void BucketAllocator::NoteLeadLocked(const Bucket& k) {
 
 void BucketAllocator::InvalidateLocked(uint32_t b) {
   Bucket& v = buckets_[b];
+  if (b < dead_counted_ && DeadLocked(b)) dead_.fetch_sub(1, std::memory_order_relaxed);
   CountPrio(v.prio, -1);
   CountKind(Kind::kData, -1);
   CountKind(Kind::kFree, 1);
@@ -448,9 +449,28 @@ uint8_t BucketAllocator::MaxGenLead() const {
 }
 
 void BucketAllocator::SetLiveBytes(std::vector<uint32_t> live, uint64_t seq_at_start) {
-  MutexLock l(&mu_);
-  live_.swap(live);
-  live_seq_ = seq_at_start;
+  {
+    MutexLock l(&mu_);
+    live_.swap(live);
+    live_seq_ = seq_at_start;
+    dead_.store(0, std::memory_order_relaxed);
+    dead_counted_ = 0;
+  }
+  // dead_ counts chunk by chunk; a bucket reclaimed meanwhile is subtracted
+  // only if its chunk was counted (InvalidateLocked).
+  for (uint32_t first = 0; first < o_.nbuckets; first += kScanChunk) {
+    uint32_t last = std::min<uint64_t>(o_.nbuckets, uint64_t{first} + kScanChunk);
+    MutexLock l(&mu_);
+    uint64_t dead = 0;
+    for (uint32_t b = first; b < last && b < live_.size(); b++) {
+      // A bucket still open when GC walked the index may hold data written
+      // after the walk: its count is not final, so it is not empty.
+      if (buckets_[b].open && live_[b] == 0) live_[b] = 1;
+      if (DeadLocked(b)) dead++;
+    }
+    dead_.fetch_add(dead, std::memory_order_relaxed);
+    dead_counted_ = last;
+  }
 }  // the old vector is freed here, after mu_ is released
 
 std::vector<uint32_t> BucketAllocator::PinFragmented(const std::vector<uint32_t>& live, uint32_t below,
@@ -513,6 +533,8 @@ Status BucketAllocator::RestoreState(const std::vector<BucketState>& state) {
   pending_.clear();
   max_lead_ = 0;
   live_.clear();  // GC's counts are not saved: the next GC pass redoes them
+  dead_.store(0, std::memory_order_relaxed);
+  dead_counted_ = 0;
   gc_pass_ = false;
   for (Writer& w : writers_) w = Writer{};
   for (uint32_t b = 0; b < o_.nbuckets; b++) {
@@ -543,7 +565,8 @@ BucketAllocator::Usage BucketAllocator::usage() const {
                count(Kind::kMetadata),
                count(Kind::kReserved),
                reclaimed_bg_.load(std::memory_order_relaxed),
-               reclaimed_fg_.load(std::memory_order_relaxed)};
+               reclaimed_fg_.load(std::memory_order_relaxed),
+               dead_.load(std::memory_order_relaxed)};
 }
 
 std::vector<uint64_t> BucketAllocator::prio_histogram() const {

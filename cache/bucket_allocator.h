@@ -163,10 +163,13 @@ class BucketAllocator {
   void StopRefill();
   uint32_t free_target() const { return free_target_; }
 
-  // Lock-free, O(1).
+  // Lock-free, O(1). `dead`: data buckets the last GC pass found holding
+  // nothing live (reclaim takes them first, and reusing them drops no
+  // cached data), not yet reclaimed.
   struct Usage {
     uint64_t buckets, free, data, metadata, reserved;
     uint64_t reclaimed_background, reclaimed_foreground;  // buckets, since start
+    uint64_t dead;
   };
   Usage usage() const;
   // Data buckets by priority (index = priority). Lock-free, O(kPrioBins).
@@ -262,6 +265,14 @@ class BucketAllocator {
   uint8_t gc_pass_lead_ GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> live_ GUARDED_BY(mu_);  // from the last GC, or empty
   uint64_t live_seq_ GUARDED_BY(mu_) = 0;
+  // Bucket b is a data bucket GC found empty: VictimKeyLocked's 0, and one
+  // of dead_ (counted by SetLiveBytes, dropped as each is reclaimed).
+  bool DeadLocked(uint32_t b) const REQUIRES(mu_) {
+    return buckets_[b].kind == Kind::kData && b < live_.size() && live_[b] == 0 &&
+           buckets_[b].filled_seq < live_seq_;
+  }
+  std::atomic<uint64_t> dead_{0};
+  uint32_t dead_counted_ GUARDED_BY(mu_) = 0;  // buckets below it are in dead_
   uint32_t cursor_ GUARDED_BY(mu_) = 0;  // next window of the foreground reclaim
   uint64_t salt_ GUARDED_BY(mu_) = 0;    // the random policy's order
   // Statistics: written under mu_, read without it.

@@ -136,7 +136,9 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
 bool CachedDevice::AdmitStream(const IoRequest& req, uint64_t now_ns) {
   BucketAllocator& b = set_->buckets();
   BucketAllocator::Usage u = b.usage();
-  if (SpareSpace(u.free, b.free_target(), u.buckets - u.reserved)) {
+  // Free buckets, and those GC found empty: caching the stream in either
+  // drops no cached data.
+  if (SpareSpace(u.free + u.dead, b.free_target(), u.buckets - u.reserved)) {
     spare_admissions_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }

@@ -604,6 +604,34 @@ TEST_CASE("buckets GC found empty are reclaimed before any other") {
   for (uint32_t i = 0; i < b.free_target(); i++) REQUIRE(Fill(b).bucket != 9);
 }
 
+TEST_CASE("usage counts the buckets GC found empty as dead until each is reclaimed; an open bucket is not dead") {
+  BucketAllocator a(Opts(1024, 0, 2));
+  FillAll(a);
+  CHECK(a.usage().dead == 0);
+  // Writer 1 keeps a bucket open across the GC pass.
+  auto open = Ok(a.Allocate(1, kBucket / 4, kLru));
+  std::vector<uint32_t> live(1024, 4096);
+  for (uint32_t b = 100; b < 140; b++) live[b] = 0;
+  live[open.bucket] = 0;  // GC walked the index before the writer's data landed
+  a.SetLiveBytes(live, a.fill_seq() + 1);
+  CHECK(a.usage().dead == 40);
+  // Reclaim takes dead buckets first, and each one taken leaves the count.
+  size_t reclaimed = a.Refill(kLru);
+  REQUIRE(reclaimed > 0);
+  REQUIRE(reclaimed <= 40);
+  CHECK(a.usage().dead == 40 - reclaimed);
+  for (size_t i = 0; i < reclaimed; i++) {
+    uint32_t b = Fill(a).bucket;
+    CHECK(b >= 100);
+    CHECK(b < 140);
+  }
+  a.WriteDone(open.bucket);
+  CHECK(a.usage().dead == 40 - reclaimed);
+  // The next pass replaces the count.
+  a.SetLiveBytes(std::vector<uint32_t>(1024, 4096), a.fill_seq() + 1);
+  CHECK(a.usage().dead == 0);
+}
+
 TEST_CASE("a foreground reclaim scans one window, not the whole cache") {
   // 1M buckets, all data, empty free list, no refill thread: every
   // allocation must reclaim for itself, from at most kScanChunk buckets.

@@ -160,6 +160,38 @@ TEST_CASE("sequential_cutoff auto: a stream is cached while there is space to sp
   CHECK(rig.dev->sequential_bypasses() > bypassed);
 }
 
+TEST_CASE("sequential_cutoff auto: buckets GC found dead count as space to spare for a stream") {
+  Rig rig(16 << 20);  // 16 MiB of cache in 64 KiB buckets
+  const uint64_t mib = 1 << 20;
+  // Fill the cache (cutoff 0: everything is admitted), past its size.
+  for (uint64_t off = 0; off < 24 * mib; off += mib) REQUIRE(rig.ReadMatches(off, mib, 1));
+  rig.set->knobs().sequential_cutoff = kAutoCutoff;
+  // A new stream: no space to spare, so past 4 MiB it bypasses.
+  for (uint64_t off = 32 * mib; off < 40 * mib; off += mib) REQUIRE(rig.ReadMatches(off, mib, 1));
+  CHECK(rig.dev->spare_admissions() == 0);
+  uint64_t bypassed = rig.dev->sequential_bypasses();
+  CHECK(bypassed > 0);
+  // The cached data is overwritten in writearound: every cached copy of it
+  // is invalidated, and the next GC pass finds its buckets dead.
+  rig.set->knobs().cache_mode = CacheMode::kWritearound;
+  AlignedBuffer b(mib);
+  for (uint64_t off = 0; off < 24 * mib; off += mib) {
+    for (uint64_t i = 0; i < b.size(); i++) b.data()[i] = PatternByte(off + i, 7);
+    REQUIRE(SyncWrite(*rig.dev, off, b.size(), b.data()).ok());
+  }
+  rig.set->knobs().cache_mode = CacheMode::kWritethrough;
+  REQUIRE(rig.set->RunGc().ok());
+  CHECK(rig.set->buckets().usage().dead > rig.set->buckets().usage().buckets / 4);
+  // Another new stream: its first 4 MiB (not a stream yet) take dead
+  // buckets, then the rest is admitted into the dead space left.
+  for (uint64_t off = 48 * mib; off < 56 * mib; off += mib) REQUIRE(rig.ReadMatches(off, mib, 1));
+  CHECK(rig.dev->spare_admissions() > 0);
+  CHECK(rig.dev->sequential_bypasses() == bypassed);
+  double hits = rig.Stats().cache_hits;
+  for (uint64_t off = 48 * mib; off < 52 * mib; off += mib) REQUIRE(rig.ReadMatches(off, mib, 1));
+  CHECK(rig.Stats().cache_hits > hits);
+}
+
 TEST_CASE("auto congestion: both devices measured, a cache as fast as the backing device never bypasses") {
   Rig rig;
   rig.set->knobs().congested_read_threshold_us = kAutoThresholdUs;
