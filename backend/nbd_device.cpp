@@ -35,6 +35,19 @@ class NbdDevice::Conn {
 
   nbd_handle* handle() { return h_; }
 
+  // Is there something to read (or an error or hangup to see) right now?
+  // libnbd must be told "readable" only then. io_uring reports the mask of
+  // the wakeup that completed the poll, which may be stale by the time the
+  // completion runs; told "readable" in READY when the socket is not,
+  // libnbd (1.14) enters REPLY.START, gets EAGAIN and stays there, waiting
+  // for a reply, and a command issued after that is queued behind the
+  // state machine for ever: the server has nothing to answer (a request
+  // hung for good, seen with a fast nbdkit behind a slow cache device).
+  bool Readable() const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
   // Re-arms the polls that libnbd's state machine needs now.
   void Arm() {
     unsigned dir = nbd_aio_get_direction(h_);
@@ -59,10 +72,11 @@ class NbdDevice::Conn {
         UB_WARN("{}: poll: {}", conn->dev_->spec(), res);
       }
       if (res > 0) {
-        if (res & (POLLIN | POLLHUP | POLLERR))
-          nbd_aio_notify_read(conn->h_);
-        else if (res & POLLOUT)
+        if (res & (POLLIN | POLLHUP | POLLERR)) {
+          if (conn->Readable()) nbd_aio_notify_read(conn->h_);
+        } else if (res & POLLOUT) {
           nbd_aio_notify_write(conn->h_);
+        }
       }
       conn->Arm();
     }
