@@ -20,7 +20,10 @@
 // device whose newest sample of the operation is older than kProbeNs is
 // not trusted to be slow still: the request goes to it and measures it
 // again (bypassed writes would otherwise never refresh the cache's write
-// time, and a congestion that has cleared would bypass for ever).
+// time, and a congestion that has cleared would bypass for ever). A read
+// that bypasses for it reads its clean hits from the backing device too
+// (CachedDevice::DoRead): bcache's congestion only stops fills, but here
+// the rule has just said the backing device answers sooner.
 //
 // Sequential cutoff that learns (sequential_cutoff auto). A stream (a run
 // of at least kAutoStreamBytes, bcache's 4 MiB) is admitted while the cache

@@ -28,6 +28,7 @@ struct CachedDevice::ReadOp {
   IoRequest req;
   IoDone done;
   bool bypass = false;
+  bool around_cache = false;  // clean hits too are read from the backing device
   bool prefetch = false;  // counted as a readahead, not a hit or miss
   bool all_hit = true;
   uint64_t since = 0;
@@ -89,7 +90,7 @@ std::string CachedDevice::Describe() const {
          CacheModeName(set_->knobs().cache_mode.load()) + ")";
 }
 
-bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
+bool CachedDevice::ShouldBypass(const IoRequest& req, bool write, bool* around_cache) {
   CacheKnobs& k = set_->knobs();
   CacheMode mode = k.cache_mode.load(std::memory_order_relaxed);
   if (mode == CacheMode::kNone) return true;
@@ -118,6 +119,7 @@ bool CachedDevice::ShouldBypass(const IoRequest& req, bool write) {
   }
   if (auto_congested) {
     auto_congested_bypasses_.fetch_add(1, std::memory_order_relaxed);
+    if (around_cache) *around_cache = true;
     return true;
   }
   bool sequential = cutoff == kAutoCutoff ? run >= kAutoStreamBytes && !AdmitStream(req, now)
@@ -273,7 +275,7 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
   op->done = std::move(done);
   op->prefetch = prefetch;
   op->bypass = prefetch ? set_->knobs().cache_mode.load(std::memory_order_relaxed) == CacheMode::kNone
-                        : ShouldBypass(req, false);
+                        : ShouldBypass(req, false, &op->around_cache);
   // The sequence is taken before the lookup: any write from here on makes a
   // fill of what we read from the backing device a collision.
   op->since = set_->index().Sequence(dev_, req.offset, req.len);
@@ -293,8 +295,11 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
     if (miss_len) ReadBacking(op, miss_start, miss_len, false);
     miss_len = 0;
   };
-  auto add_miss = [&](uint64_t s, uint64_t l) {
-    op->all_hit = false;
+  // A clean hit read around the cache (around_cache) joins the run of
+  // backing reads without making the request a miss; nothing in such a
+  // request is filled (it bypasses).
+  auto add_miss = [&](uint64_t s, uint64_t l, bool hit = false) {
+    if (!hit) op->all_hit = false;
     if (miss_len && miss_start + miss_len == s) {
       miss_len += l;
     } else {
@@ -307,6 +312,12 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
     if (e.start > cursor) add_miss(cursor, e.start - cursor);
     if (!buckets.Valid(e.cache_offset, e.gen)) {
       add_miss(e.start, e.len);  // stale pointer: the bucket was reused
+    } else if (op->around_cache && !e.dirty) {
+      // Auto congestion: the backing device is expected to answer sooner,
+      // and a clean extent's data is the backing device's. Still a hit (a
+      // bypass hit in the stats), and the bucket stays warm.
+      buckets.Touch(buckets.BucketOf(e.cache_offset));
+      add_miss(e.start, e.len, true);
     } else {
       flush_miss();
       buckets.Touch(buckets.BucketOf(e.cache_offset));

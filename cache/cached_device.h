@@ -115,7 +115,10 @@ class CachedDevice final : public BlockDevice {
     uint64_t start, end;
     bool writeback;  // the writeback thread's; else a foreground write over dirty data
   };
-  bool ShouldBypass(const IoRequest& req, bool write);
+  // `around_cache`, when given, is set when the reason is auto congestion:
+  // the cache device is expected to be slower than the backing device for
+  // this request, so even its clean hits are better read from the backing.
+  bool ShouldBypass(const IoRequest& req, bool write, bool* around_cache = nullptr);
   // sequential_cutoff auto: whether a stream's request is cached anyway.
   bool AdmitStream(const IoRequest& req, uint64_t now_ns);
   void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);

@@ -208,6 +208,29 @@ TEST_CASE("auto congestion: both devices measured, a cache as fast as the backin
   CHECK(g.cache_hits + g.cache_bypass_hits >= 2 * 64 - 32);
 }
 
+TEST_CASE("auto congestion: with the cache slower than the backing device, clean hits are read from the backing "
+          "device, counted as bypass hits") {
+  Rig rig;
+  rig.set->knobs().congested_read_threshold_us = kAutoThresholdUs;
+  const uint64_t kLen = 64 << 10;
+  // Cached, and the backing device measured by the misses that filled it.
+  for (uint64_t off = 0; off < (1 << 20); off += kLen) REQUIRE(rig.ReadMatches(off, kLen, 1));
+  REQUIRE(rig.dev->backing_time().Samples(ServiceTime::Op::kRead, 1) >= kMinSamples);
+  // The backing device's data changes under the cache (seed 2): a read
+  // served by the cache returns seed 1, one read around it seed 2.
+  rig.Fill(0, 1 << 20, 2);
+  CHECK(rig.ReadMatches(0, kLen, 1));  // the cache is as fast: a hit from the cache
+  // The cache device now answers 4 KiB-64 KiB reads in 20 ms.
+  for (int i = 0; i < 16; i++)
+    rig.set->cache_time().Observe(ServiceTime::Op::kRead, kLen, 20'000'000, NowNanos());
+  StatsGroup before = rig.Stats();
+  CHECK(rig.ReadMatches(kLen, kLen, 2));  // read around the cache
+  StatsGroup after = rig.Stats();
+  CHECK(after.cache_bypass_hits == before.cache_bypass_hits + 1);
+  CHECK(after.cache_misses == before.cache_misses);
+  CHECK(rig.dev->auto_congested_bypasses() > 0);
+}
+
 TEST_CASE("stale pointer falls back to the backing device") {
   Rig rig(2 << 20);  // 16 data buckets of 64 KiB: easy to churn
   CHECK(rig.ReadMatches(0, 64 << 10, 1));
