@@ -1,9 +1,12 @@
 // OpenDevice(): the device spec grammar, in one place.
 //
-//   spec    := wrapper ":" spec | "mem:" SIZE | "nbd:" URI | "file:" PATH | PATH
+//   spec    := wrapper ":" spec | "mem:" SIZE | "nbd:" URI | rbd ":" [POOL "/"] IMAGE
+//            | "file:" PATH | PATH
 //   wrapper := name ("," key "=" value)*     name: sas, hdd, fault
+//   rbd     := "rbd" ("," key "=" value)*    key: conf, id, cluster, keyring, timeout
 //
-// A head containing '/' is always a path, so "/mnt/a:b" opens a file.
+// A scheme name containing '/' is always a path, so "/mnt/a:b" opens a
+// file (options may hold paths: "rbd,conf=/etc/ceph/ceph.conf:rbd/disk").
 #include <sys/stat.h>
 
 #include <string>
@@ -14,6 +17,7 @@
 #include "backend/mem_device.h"
 #include "backend/model_device.h"
 #include "backend/nbd_device.h"
+#include "backend/rbd_device.h"
 #include "backend/uring_device.h"
 #include "util/size.h"
 
@@ -73,7 +77,7 @@ Result<std::unique_ptr<BlockDevice>> Open(const std::string& spec, const OpenOpt
   const std::string& name = parts[0];
   std::vector<std::string> options(parts.begin() + 1, parts.end());
 
-  if (colon == std::string::npos || head.find('/') != std::string::npos) {
+  if (colon == std::string::npos || name.find('/') != std::string::npos) {
     if (spec.empty()) return Status::InvalidArgument("empty device spec");
     UB_ASSIGN_OR_RETURN(auto dev, UringDevice::Open(spec, spec, opts));
     return std::unique_ptr<BlockDevice>(std::move(dev));
@@ -99,6 +103,11 @@ Result<std::unique_ptr<BlockDevice>> Open(const std::string& spec, const OpenOpt
     UB_ASSIGN_OR_RETURN(auto dev, NbdDevice::Open(spec, rest, opts));
     return std::unique_ptr<BlockDevice>(std::move(dev));
   }
+  if (name == "rbd") {
+    UB_ASSIGN_OR_RETURN(RbdSpec rbd, ParseRbdSpec(options, rest));
+    UB_ASSIGN_OR_RETURN(auto dev, RbdDevice::Open(spec, rbd, opts));
+    return std::unique_ptr<BlockDevice>(std::move(dev));
+  }
   if (name == "sas" || name == "hdd") {
     UB_ASSIGN_OR_RETURN(SpindleParams p, ParseSpindle(name, options));
     UB_ASSIGN_OR_RETURN(auto lower, Open(rest, opts));
@@ -111,7 +120,7 @@ Result<std::unique_ptr<BlockDevice>> Open(const std::string& spec, const OpenOpt
     return std::unique_ptr<BlockDevice>(new FaultDevice(spec, std::move(lower), std::move(c)));
   }
   return Status::InvalidArgument("unknown scheme '" + name +
-                                 "' (PATH, file:, mem:, nbd:, sas:, hdd,...:, fault,...:)");
+                                 "' (PATH, file:, mem:, nbd:, rbd:, sas:, hdd,...:, fault,...:)");
 }
 
 }  // namespace
@@ -142,6 +151,10 @@ const char* DeviceSpecHelp() {
                         or nbd:nbd://127.0.0.1:10809/name; over TLS, e.g.
                         nbd:nbds://HOST/name?tls-certificates=DIR or
                         nbd:nbds+unix://USER@/?socket=S&tls-psk-file=F
+  rbd:[POOL/]IMAGE      a Ceph RBD image through librbd (pool default: rbd), e.g.
+                        rbd,conf=/etc/ceph/ceph.conf,id=ubcache,keyring=K,timeout=30:rbd/disk
+                        (cluster=NAME too; timeout: seconds before a request to
+                        an unreachable cluster or a stuck OSD fails with EIO)
   sas:SPEC              a 10k rpm SAS spindle (3.5 ms seek, 180 MB/s) modelled over SPEC
   hdd,rpm=R,seek_ms=S,mbps=M,seed=N:SPEC
                         a spindle model with your numbers

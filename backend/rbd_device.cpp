@@ -1,0 +1,287 @@
+#include "backend/rbd_device.h"
+
+#include <poll.h>
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <unordered_map>
+
+#include "util/log.h"
+#include "util/size.h"
+
+namespace ubcache {
+
+Result<RbdSpec> ParseRbdSpec(const std::vector<std::string>& options, const std::string& rest) {
+  RbdSpec s;
+  for (const std::string& opt : options) {
+    auto eq = opt.find('=');
+    if (eq == std::string::npos || eq + 1 == opt.size())
+      return Status::InvalidArgument("rbd option '" + opt + "' needs =VALUE");
+    std::string key = opt.substr(0, eq), val = opt.substr(eq + 1);
+    if (key == "conf") {
+      s.conf = val;
+    } else if (key == "id") {
+      s.id = val.rfind("client.", 0) == 0 ? val.substr(7) : val;
+    } else if (key == "cluster") {
+      s.cluster = val;
+    } else if (key == "keyring") {
+      s.keyring = val;
+    } else if (key == "timeout") {
+      UB_ASSIGN_OR_RETURN(uint64_t t, ParseUint(val, 1, 3600, "rbd option timeout (seconds)"));
+      s.timeout_s = static_cast<unsigned>(t);
+    } else {
+      return Status::InvalidArgument("unknown rbd option '" + key + "' (conf, id, cluster, keyring, timeout)");
+    }
+  }
+  if (rest.empty()) return Status::InvalidArgument("rbd: needs [POOL/]IMAGE, e.g. rbd:rbd/disk");
+  auto slash = rest.find('/');
+  if (slash != std::string::npos) {
+    s.pool = rest.substr(0, slash);
+    s.image = rest.substr(slash + 1);
+    if (s.pool.empty()) return Status::InvalidArgument("rbd: empty pool name in '" + rest + "'");
+  } else {
+    s.image = rest;
+  }
+  if (s.image.empty() || s.image.find('/') != std::string::npos || s.image.find('@') != std::string::npos)
+    return Status::InvalidArgument("rbd: bad image name in '" + rest + "' ([POOL/]IMAGE; snapshots are not served)");
+  return s;
+}
+
+// One librbd command. A FUA write is a write, then (once it completed) a
+// flush, through the same op.
+struct RbdDevice::Op {
+  Reactor* owner;
+  IoDone done;
+  IoOp op;
+  bool flush_after = false;  // FUA: the flush is still to come
+  ssize_t ret = 0;
+  uint64_t offset = 0;
+};
+
+// A reactor's view of the device: its requests in flight and its poll on
+// the image's eventfd, armed while any is.
+class RbdDevice::Waiter final : public IoCompletion {
+ public:
+  explicit Waiter(RbdDevice* d) : dev_(d) {}
+  void Started() {
+    inflight_++;
+    Arm();
+  }
+  void Ended() { inflight_--; }
+  void Arm() {
+    if (armed_ || inflight_ == 0) return;
+    armed_ = true;
+    io_uring_sqe* sqe = Reactor::Current()->PrepareSqe(this);
+    io_uring_prep_poll_add(sqe, dev_->event_fd_, POLLIN);
+  }
+  void Complete(int32_t res, uint32_t) override {
+    armed_ = false;
+    if (res < 0 && res != -EINTR && res != -ECANCELED) UB_WARN("{}: poll: {}", dev_->spec(), res);
+    dev_->Reap();
+    Arm();
+  }
+
+ private:
+  RbdDevice* dev_;
+  uint64_t inflight_ = 0;
+  bool armed_ = false;
+};
+
+namespace {
+
+Status RadosError(const std::string& spec, const std::string& what, int ret) {
+  return Status::FromErrno(-ret, spec + ": " + what);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RbdDevice>> RbdDevice::Open(const std::string& spec, const RbdSpec& rbd,
+                                                   const OpenOptions& opts) {
+  rados_t cluster = nullptr;
+  std::string name = "client." + (rbd.id.empty() ? std::string("admin") : rbd.id);
+  int r = rados_create2(&cluster, rbd.cluster.empty() ? "ceph" : rbd.cluster.c_str(), name.c_str(), 0);
+  if (r < 0) return RadosError(spec, "rados_create2 for " + name, r);
+  // From here on, every failure shuts the handle down.
+  auto fail = [&](Status st) -> Status {
+    rados_shutdown(cluster);
+    return st;
+  };
+  r = rados_conf_read_file(cluster, rbd.conf.empty() ? nullptr : rbd.conf.c_str());
+  if (r < 0)
+    return fail(RadosError(spec, rbd.conf.empty() ? "no ceph.conf found (give conf=PATH)"
+                                                  : "cannot read conf " + rbd.conf, r));
+  if (!rbd.keyring.empty() && (r = rados_conf_set(cluster, "keyring", rbd.keyring.c_str())) < 0)
+    return fail(RadosError(spec, "keyring " + rbd.keyring, r));
+  std::string t = std::to_string(rbd.timeout_s);
+  for (const char* key : {"client_mount_timeout", "rados_mon_op_timeout", "rados_osd_op_timeout"}) {
+    if ((r = rados_conf_set(cluster, key, t.c_str())) < 0) return fail(RadosError(spec, key, r));
+  }
+  // ubcache is the cache: librbd's own writeback cache off, so a write is
+  // on the OSDs when it completes and a flush has nothing of its own to do.
+  if ((r = rados_conf_set(cluster, "rbd_cache", "false")) < 0) return fail(RadosError(spec, "rbd_cache", r));
+  // librados logs to a file named by the conf; never to our stderr.
+  rados_conf_set(cluster, "log_to_stderr", "false");
+  rados_conf_set(cluster, "err_to_stderr", "false");
+  r = rados_connect(cluster);
+  if (r < 0) {
+    std::string why = r == -ENOENT ? " (no key for " + name + ": keyring=PATH?)" : " (within " + t + " s)";
+    return fail(RadosError(spec, "cannot connect to the cluster as " + name + why, r));
+  }
+  rados_ioctx_t io = nullptr;
+  r = rados_ioctx_create(cluster, rbd.pool.c_str(), &io);
+  if (r < 0) return fail(RadosError(spec, r == -ENOENT ? "no pool '" + rbd.pool + "'" : "pool " + rbd.pool, r));
+  rbd_image_t image = nullptr;
+  r = opts.read_only ? rbd_open_read_only(io, rbd.image.c_str(), &image, nullptr)
+                     : rbd_open(io, rbd.image.c_str(), &image, nullptr);
+  if (r < 0) {
+    rados_ioctx_destroy(io);
+    return fail(RadosError(spec, r == -ENOENT ? "no image '" + rbd.image + "' in pool '" + rbd.pool + "'"
+                                              : "cannot open image " + rbd.image, r));
+  }
+  auto close_all = [&](Status st) -> Status {
+    rbd_close(image);
+    rados_ioctx_destroy(io);
+    return fail(std::move(st));
+  };
+  uint64_t size = 0;
+  if ((r = rbd_get_size(image, &size)) < 0) return close_all(RadosError(spec, "size", r));
+  int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0) return close_all(Status::FromErrno(errno, spec + ": eventfd"));
+  if ((r = rbd_set_image_notification(image, efd, EVENT_TYPE_EVENTFD)) < 0) {
+    close(efd);
+    return close_all(RadosError(spec, "rbd_set_image_notification", r));
+  }
+  size -= size % 512;
+  return std::unique_ptr<RbdDevice>(
+      new RbdDevice(spec, rbd, size, opts.read_only, cluster, io, image, efd));
+}
+
+RbdDevice::RbdDevice(std::string spec, RbdSpec rbd, uint64_t size, bool read_only, void* cluster,
+                     void* ioctx, void* image, int event_fd)
+    : BlockDevice(std::move(spec), size, 512, read_only),
+      rbd_(std::move(rbd)),
+      cluster_(cluster),
+      ioctx_(ioctx),
+      image_(image),
+      event_fd_(event_fd) {}
+
+RbdDevice::~RbdDevice() {
+  // Completions reaped by nobody (the reactors are gone): released while
+  // the image is open; nothing may be in flight by now (see the header).
+  rbd_completion_t comps[64];
+  int n;
+  while ((n = rbd_poll_io_events(static_cast<rbd_image_t>(image_), comps, 64)) > 0)
+    for (int i = 0; i < n; i++) {
+      delete static_cast<Op*>(rbd_aio_get_arg(comps[i]));
+      rbd_aio_release(comps[i]);
+    }
+  rbd_close(static_cast<rbd_image_t>(image_));
+  rados_ioctx_destroy(static_cast<rados_ioctx_t>(ioctx_));
+  rados_shutdown(static_cast<rados_t>(cluster_));
+  close(event_fd_);
+}
+
+std::string RbdDevice::Describe() const {
+  return spec_ + " (RBD image " + rbd_.pool + "/" + rbd_.image + ", " + FormatSize(size_) + ")";
+}
+
+RbdDevice::Waiter& RbdDevice::WaiterFor(Reactor* r) {
+  auto& w = waiters_[r->id()];
+  if (!w) w = std::make_unique<Waiter>(this);
+  return *w;
+}
+
+namespace {
+
+int Issue(rbd_image_t image, IoOp op, const IoRequest& req, rbd_completion_t c) {
+  switch (op) {
+    case IoOp::kRead: return rbd_aio_read(image, req.offset, req.len, static_cast<char*>(req.buf), c);
+    case IoOp::kWrite: return rbd_aio_write(image, req.offset, req.len, static_cast<const char*>(req.buf), c);
+    case IoOp::kFlush: return rbd_aio_flush(image, c);
+    case IoOp::kDiscard: return rbd_aio_discard(image, req.offset, req.len, c);
+    case IoOp::kWriteZeroes: return rbd_aio_write_zeroes(image, req.offset, req.len, c, 0, 0);
+  }
+  return -EINVAL;
+}
+
+}  // namespace
+
+void RbdDevice::DoSubmit(const IoRequest& req, IoDone done) {
+  Reactor* r = Reactor::Current();
+  auto* op = new Op{r, std::move(done), req.op};
+  op->offset = req.offset;
+  op->flush_after = req.op == IoOp::kWrite && (req.flags & kIoFua);
+  rbd_completion_t c = nullptr;
+  int ret = rbd_aio_create_completion(op, nullptr, &c);
+  if (ret == 0) {
+    ret = Issue(static_cast<rbd_image_t>(image_), req.op, req, c);
+    if (ret < 0) rbd_aio_release(c);
+  }
+  if (ret < 0) {
+    IoDone d = std::move(op->done);
+    delete op;
+    CompleteLater(std::move(d), Status::FromErrno(-ret, spec_ + ": " + IoOpName(req.op) + " at " +
+                                                            std::to_string(req.offset)));
+    return;
+  }
+  WaiterFor(r).Started();
+}
+
+void RbdDevice::Reap() {
+  uint64_t count;
+  [[maybe_unused]] ssize_t n = read(event_fd_, &count, sizeof count);  // EAGAIN: another reactor took it
+  Reactor* self = Reactor::Current();
+  std::vector<Op*> mine;
+  std::unordered_map<Reactor*, std::vector<Op*>> others;
+  {
+    MutexLock l(&reap_mu_);
+    rbd_completion_t comps[64];
+    for (;;) {
+      int got = rbd_poll_io_events(static_cast<rbd_image_t>(image_), comps, 64);
+      if (got <= 0) break;
+      for (int i = 0; i < got; i++) {
+        auto* op = static_cast<Op*>(rbd_aio_get_arg(comps[i]));
+        op->ret = rbd_aio_get_return_value(comps[i]);
+        rbd_aio_release(comps[i]);
+        if (op->owner == self)
+          mine.push_back(op);
+        else
+          others[op->owner].push_back(op);
+      }
+      if (got < 64) break;
+    }
+  }
+  for (Op* op : mine) Finish(op);
+  for (auto& [reactor, ops] : others)
+    reactor->Post([this, ops = std::move(ops)] {
+      for (Op* op : ops) Finish(op);
+    });
+}
+
+void RbdDevice::Finish(Op* op) {
+  Waiter& w = WaiterFor(op->owner);
+  w.Ended();
+  if (op->ret >= 0 && op->flush_after) {
+    // FUA: the write is done; now make it durable.
+    op->flush_after = false;
+    rbd_completion_t c = nullptr;
+    int ret = rbd_aio_create_completion(op, nullptr, &c);
+    if (ret == 0 && (ret = rbd_aio_flush(static_cast<rbd_image_t>(image_), c)) < 0) rbd_aio_release(c);
+    if (ret == 0) {
+      w.Started();
+      return;
+    }
+    op->ret = ret;
+  }
+  Status st = op->ret < 0 ? Status::FromErrno(static_cast<int>(-op->ret),
+                                              spec_ + ": " + IoOpName(op->op) + " at " + std::to_string(op->offset))
+                          : Status::OK();
+  IoDone done = std::move(op->done);
+  delete op;
+  Reactor::Current()->DeferDone(std::move(done), std::move(st));
+}
+
+}  // namespace ubcache

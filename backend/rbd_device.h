@@ -1,0 +1,83 @@
+// RbdDevice: a Ceph RBD image as a block device, through librbd's
+// asynchronous C API ("rbd:rbd/disk", "rbd,conf=/etc/ceph/ceph.conf,
+// id=ubcache:rbd/disk"). This is how a ubcache cache fronts a Ceph cluster
+// without the krbd kernel module.
+//
+// One cluster connection and one image handle per device: librbd's
+// exclusive lock belongs to an image handle, and two handles of one
+// process would pass it back and forth. Completions are not taken from
+// librbd's callback thread (a thread hop per request): the image notifies
+// an eventfd (rbd_set_image_notification), which every reactor with
+// requests in flight polls on its own ring. The reactor that wakes reaps
+// the finished completions (rbd_poll_io_events); those it submitted run
+// at once, the others go to their reactor in one Post per batch.
+//
+// Bounded waits: connecting, and every operation on the cluster, give up
+// after `timeout` seconds (rados_mon_op_timeout, rados_osd_op_timeout,
+// client_mount_timeout): an unreachable cluster or an OSD that stopped
+// answering fails a request with EIO (ETIMEDOUT) rather than hanging it.
+//
+// FUA is a write followed by a flush of the image; discard is
+// rbd_aio_discard, write-zeroes rbd_aio_write_zeroes.
+//
+// Lifetime: destroy the device only when no reactor will run again with
+// polls for it outstanding (after the reactors stop), like NbdDevice.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/block_device.h"
+#include "util/thread_annotations.h"
+
+namespace ubcache {
+
+struct RbdSpec {
+  std::string pool = "rbd";
+  std::string image;
+  std::string conf;     // empty: librados's default search (/etc/ceph/ceph.conf, CEPH_CONF)
+  std::string id;       // client id without "client." (default: admin)
+  std::string cluster;  // default: ceph
+  std::string keyring;  // default: the conf's
+  unsigned timeout_s = 30;
+};
+
+// "[POOL/]IMAGE" and the wrapper's options (conf=, id=, cluster=, keyring=,
+// timeout=).
+Result<RbdSpec> ParseRbdSpec(const std::vector<std::string>& options, const std::string& rest);
+
+class RbdDevice final : public BlockDevice {
+ public:
+  static Result<std::unique_ptr<RbdDevice>> Open(const std::string& spec, const RbdSpec& rbd,
+                                                 const OpenOptions& opts);
+  ~RbdDevice() override;
+  std::string Describe() const override;
+
+  struct Op;  // one librbd command's state (rbd_device.cpp)
+
+ protected:
+  void DoSubmit(const IoRequest& req, IoDone done) override;
+
+ private:
+  class Waiter;
+  RbdDevice(std::string spec, RbdSpec rbd, uint64_t size, bool read_only, void* cluster, void* ioctx,
+            void* image, int event_fd);
+  // A reactor's poll on the eventfd fired: reap and route completions.
+  void Reap();
+  void Finish(Op* op);  // on the op's reactor
+  Waiter& WaiterFor(Reactor* r);
+
+  RbdSpec rbd_;
+  void* cluster_;  // rados_t
+  void* ioctx_;    // rados_ioctx_t
+  void* image_;    // rbd_image_t
+  int event_fd_;
+  Mutex reap_mu_;  // one reaper at a time: completions are routed in order
+  // One per reactor id, made on its first request; touched only by it.
+  std::array<std::unique_ptr<Waiter>, Reactor::kMaxReactors> waiters_;
+};
+
+}  // namespace ubcache

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# 150-rbd-backing — `rbd:` backing devices against a real Ceph cluster (one
+# ceph-mon, one memstore ceph-osd on 127.0.0.1, cephx on: tests/ceph/
+# cluster.sh), through librbd, with and without a cache:
+#  1. no cache: fio crc32c verify (4 connections, mixed 4k..1M) written and
+#     verified again on new connections; qemu-io patterns with write-zeroes
+#     (plain and may-unmap) and discard, neighbours intact;
+#  2. `ubcache format --backing rbd:…` (the bcache superblock in the image's
+#     first 8 KiB), then in each cache mode (writethrough, writeback,
+#     writearound, none): fio verify in its own region, verified again
+#     after a restart of the daemon;
+#  3. writeback: a random 32 MiB file copied in by nbdcopy, `ctl detach`
+#     (writes the dirty data back), and `rbd export` of the image is
+#     byte-identical past data_offset to everything clients wrote;
+#  4. clear errors, exit 2, in bounded time: a missing image, a missing
+#     pool, an unknown client id, a cluster nobody listens on (timeout=3).
+source "$(dirname "$0")/lib.sh"
+
+CEPH=$WORK/ceph
+CONF=$("$UBCACHE_SRC/tests/ceph/cluster.sh" start "$CEPH") || fail "the Ceph cluster did not start"
+on_exit "'$UBCACHE_SRC/tests/ceph/cluster.sh' stop '$CEPH'"
+rbdc() { rbd -c "$CONF" "$@"; }
+spec() { echo "rbd,conf=$CONF:rbd/$1"; }
+M=$((1 << 20))
+
+# ---- 1. no cache ----
+rbdc create rbd/plain --size 256M || fail "rbd create"
+start_server --backing "$(spec plain)" --nbd "unix:$SOCK"
+mixed=(--numjobs=4 --size=32M --offset_increment=32M --iodepth=16
+       --bssplit=4k/30:8k/10:16k/10:64k/20:128k/10:512k/10:1m/10 --blockalign=4k
+       --verify=crc32c --verify_fatal=1 --do_verify=1)
+run_fio "plain: randwrite mixed verify" --name=mixed --rw=randwrite "${mixed[@]}"
+run_fio "plain: verify-only" --name=mixed --rw=randwrite "${mixed[@]}" --verify_only=1
+q=$((160 * M))
+qio "plain: patterns" "write -q -P 7 $q 4M" "write -q -z $((q + M)) 1M" "write -q -z -u $((q + 2 * M)) 4k" \
+  "discard -q $((q + 3 * M)) 512k" "read -q -P 7 $q 1M" "read -q -P 0 $((q + M)) 1M" \
+  "read -q -P 0 $((q + 2 * M)) 4k" "read -q -P 7 $((q + 2 * M + 4096)) $((M - 4096))" \
+  "read -q -P 7 $((q + 3 * M + 512 * 1024)) 512k" "flush"
+qio_must_fail "plain: self-check" "read -q -P 8 $q 64k"
+stop_server
+
+# ---- 2. a cache in front, every mode ----
+rbdc create rbd/cached --size 192M || fail "rbd create"
+CACHE=$WORK/cache.img
+truncate -s 256M "$CACHE"
+"$UBCACHE" format --cache "$CACHE" --backing "$(spec cached)" --label disk >"$WORK/format.log" 2>&1 ||
+  fail "format --backing rbd: $(cat "$WORK/format.log")"
+serve() {
+  start_server --cache "$CACHE" --backing "$(spec cached)" --nbd "unix:$SOCK" --control "$CTL_SOCK" "$@"
+}
+region=0
+for mode in writethrough writeback writearound none; do
+  args=(--name="$mode" --rw=randwrite --numjobs=4 --size=8M --offset=$((region * 32 * M)) --offset_increment=8M
+        --iodepth=16 --bssplit=4k/40:16k/20:64k/20:256k/10:1m/10 --blockalign=4k
+        --verify=crc32c --verify_fatal=1 --do_verify=1)
+  serve --cache-mode "$mode"
+  run_fio "$mode: randwrite verify" "${args[@]}"
+  stop_server
+  serve --cache-mode "$mode"
+  run_fio "$mode: verify-only after a restart" "${args[@]}" --verify_only=1
+  stop_server
+  region=$((region + 1))
+done
+
+# ---- 3. writeback, detach, rbd export ----
+REF=$WORK/ref.img
+serve --cache-mode writeback
+SIZE=$(nbdinfo --size "$(nbd_uri)") || fail "nbdinfo --size"
+# What every client has written so far, read back through the cache, then
+# 32 MiB of new random data over part of it.
+nbdcopy "$(nbd_uri)" "$REF" || fail "nbdcopy from the export"
+head -c $((32 * M)) /dev/urandom >"$WORK/new.bin"
+dd if="$WORK/new.bin" of="$REF" bs=1M seek=100 conv=notrunc status=none
+python3 - "$(nbd_uri)" "$WORK/new.bin" <<'EOF' || fail "writing 32 MiB at 100 MiB"
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+data = open(sys.argv[2], "rb").read()
+for off in range(0, len(data), 1 << 20):
+    h.pwrite(data[off:off + (1 << 20)], 100 * 2**20 + off)
+h.flush(); h.shutdown()
+EOF
+dirty=$(ctl get dirty_data)
+((dirty > 0)) || fail "writeback: no dirty data after 32 MiB of writes (dirty_data $dirty)"
+ctl detach >"$WORK/detach.out" 2>&1 || fail "ctl detach: $(cat "$WORK/detach.out")"
+stop_server
+rbdc export rbd/cached "$WORK/export.img" >/dev/null 2>&1 || fail "rbd export"
+python3 - "$WORK/export.img" "$REF" "$SIZE" <<'EOF' || fail "rbd export differs from what the clients wrote"
+import sys
+exp, ref, size = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read(), int(sys.argv[3])
+off = len(exp) - size  # data_offset: the bcache superblock's area
+assert off == 8192, f"data offset {off}"
+data = exp[off:]
+if data != ref:
+    i = next(i for i in range(len(ref)) if data[i] != ref[i])
+    sys.exit(f"first difference at byte {i} of the export")
+EOF
+log "rbd export of the detached image matches what clients wrote ($SIZE bytes past 8 KiB)"
+
+# ---- 4. errors: one line naming the spec, exit 2, bounded ----
+expect_error() {  # LABEL SPEC NEEDLE
+  local out rc=0 t0=$SECONDS
+  out=$(timeout 60 "$UBCACHE" probe --seconds 1 "$2" 2>&1) || rc=$?
+  ((rc == 2)) || fail "$1: probe exited $rc (want 2): $out"
+  expect_contains "$out" "$3" "$1"
+  expect_contains "$out" "$2" "$1: the message names the spec"
+  log "$1: '$out' in $((SECONDS - t0)) s"
+}
+expect_error "missing image" "$(spec nosuch)" "no image 'nosuch'"
+expect_error "missing pool" "rbd,conf=$CONF:nopool/img" "no pool 'nopool'"
+expect_error "unknown client" "rbd,conf=$CONF,id=nobody,timeout=5:rbd/plain" "no key for client.nobody"
+sed "s/^mon host = .*/mon host = v2:127.0.0.1:$(free_tcp_port)/" "$CONF" >"$WORK/dead.conf"
+expect_error "nobody listening" "rbd,conf=$WORK/dead.conf,timeout=3:rbd/plain" "cannot connect"
