@@ -12,7 +12,8 @@
 #  3. writeback: a random 32 MiB file copied in by nbdcopy, `ctl detach`
 #     (writes the dirty data back), and `rbd export` of the image is
 #     byte-identical past data_offset to everything clients wrote;
-#  4. clear errors, exit 2, in bounded time: a missing image, a missing
+#  4. clear errors, exit 2, in bounded time (and a conf=PATH option is not
+#     taken for a file path): a missing image, a missing
 #     pool, an unknown client id, a cluster nobody listens on (timeout=3).
 source "$(dirname "$0")/lib.sh"
 

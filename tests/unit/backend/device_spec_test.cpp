@@ -2,10 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/block_device.h"
 #include "backend/fault_device.h"
 #include "backend/model_device.h"
+#include "backend/rbd_device.h"
 #include "backend/uring_device.h"
 #include "device_test_support.h"
 
@@ -142,6 +145,31 @@ TEST_CASE("fault,tear_unflushed=1,seed=N parses, alone and with the other fault 
 TEST_CASE("the spec help mentions every scheme") {
   std::string help = DeviceSpecHelp();
   for (const char* s :
-       {"file:", "mem:", "nbd:", "sas:", "hdd,", "fault,", "drop_unflushed", "tear_unflushed"})
+       {"file:", "mem:", "nbd:", "rbd:", "rbd,conf=", "sas:", "hdd,", "fault,", "drop_unflushed", "tear_unflushed"})
     CHECK_THAT(help, Catch::Contains(s));
+}
+
+TEST_CASE("rbd specs: [POOL/]IMAGE and the wrapper's options") {
+  auto plain = ParseRbdSpec({}, "disk");
+  REQUIRE(plain.ok());
+  CHECK(plain->pool == "rbd");
+  CHECK(plain->image == "disk");
+  CHECK(plain->conf.empty());
+  CHECK(plain->timeout_s == 30);
+  auto full = ParseRbdSpec({"conf=/etc/ceph/ceph.conf", "id=client.ubcache", "cluster=prod", "keyring=/k", "timeout=5"},
+                           "vms/disk-1");
+  REQUIRE(full.ok());
+  CHECK(full->pool == "vms");
+  CHECK(full->image == "disk-1");
+  CHECK(full->conf == "/etc/ceph/ceph.conf");
+  CHECK(full->id == "ubcache");  // "client." is optional
+  CHECK(full->cluster == "prod");
+  CHECK(full->keyring == "/k");
+  CHECK(full->timeout_s == 5);
+  for (auto [opts, rest] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{}, ""}, {{}, "/disk"}, {{}, "pool/"}, {{}, "a/b/c"}, {{}, "rbd/disk@snap"}, {{"conf"}, "disk"},
+           {{"conf="}, "disk"}, {{"bogus=1"}, "disk"}, {{"timeout=0"}, "disk"}, {{"timeout=x"}, "disk"}}) {
+    INFO(rest);
+    CHECK(ParseRbdSpec(opts, rest).status().IsInvalidArgument());
+  }
 }
