@@ -96,6 +96,28 @@ Status RadosError(const std::string& spec, const std::string& what, int ret) {
   return Status::FromErrno(-ret, spec + ": " + what);
 }
 
+// Who holds the image's exclusive lock ("client.4151 at 10.0.0.5:0/1234"),
+// or "": the lock names an address; the image's watchers give its client.
+std::string LockHolders(rbd_image_t image) {
+  rbd_lock_mode_t mode;
+  char* owners[8];
+  size_t n = 8;
+  if (rbd_lock_get_owners(image, &mode, owners, &n) < 0) return "";
+  rbd_image_watcher_t watchers[16];
+  size_t nw = 16;
+  bool have_watchers = rbd_watchers_list(image, watchers, &nw) >= 0;
+  std::string out;
+  for (size_t i = 0; i < n; i++) {
+    std::string who;
+    for (size_t j = 0; have_watchers && j < nw; j++)
+      if (std::strcmp(watchers[j].addr, owners[i]) == 0) who = "client." + std::to_string(watchers[j].id) + " at ";
+    out += (i ? ", " : "") + who + owners[i];
+  }
+  if (have_watchers) rbd_watchers_list_cleanup(watchers, nw);
+  rbd_lock_get_owners_cleanup(owners, n);
+  return out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RbdDevice>> RbdDevice::Open(const std::string& spec, const RbdSpec& rbd,
@@ -148,6 +170,22 @@ Result<std::unique_ptr<RbdDevice>> RbdDevice::Open(const std::string& spec, cons
   };
   uint64_t size = 0;
   if ((r = rbd_get_size(image, &size)) < 0) return close_all(RadosError(spec, "size", r));
+  if (!opts.read_only) {
+    // Exclusive ownership: the image's lock, held in exclusive mode, so
+    // librbd does not hand it to another client that asks for it. A
+    // second cache on the same image (another host, another client id)
+    // would overwrite this one's data, and this one's dirty data theirs.
+    r = rbd_lock_acquire(image, RBD_LOCK_MODE_EXCLUSIVE);
+    if (r < 0) {
+      std::string holder = LockHolders(image);
+      std::string what = r == -EOPNOTSUPP
+                             ? "the image lacks the exclusive-lock feature (rbd feature enable " + rbd.pool + "/" +
+                                   rbd.image + " exclusive-lock)"
+                             : "cannot take the image's exclusive lock" +
+                                   (holder.empty() ? std::string() : ": held by " + holder);
+      return close_all(RadosError(spec, what, r));
+    }
+  }
   int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (efd < 0) return close_all(Status::FromErrno(errno, spec + ": eventfd"));
   if ((r = rbd_set_image_notification(image, efd, EVENT_TYPE_EVENTFD)) < 0) {

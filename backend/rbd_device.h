@@ -20,6 +20,12 @@
 // FUA is a write followed by a flush of the image; discard is
 // rbd_aio_discard, write-zeroes rbd_aio_write_zeroes.
 //
+// Ownership: a read-write open takes the image's exclusive lock in
+// exclusive mode (librbd will not hand it to a client that asks), so a
+// second cache on the same image is refused at open, by the holder's name.
+// Losing the lock later (broken from outside, blocklisted) is not yet
+// detected: fencing is issue 15's next part.
+//
 // Lifetime: destroy the device only when no reactor will run again with
 // polls for it outstanding (after the reactors stop), like NbdDevice.
 #pragma once

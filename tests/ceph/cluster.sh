@@ -54,9 +54,10 @@ mon warn on pool no redundancy = false
 mon data avail warn = 1
 mon data avail crit = 0
 run dir = $dir/run
-pid file = $dir/run/\$name.pid
-admin socket = $dir/run/\$name.asok
 log file = $dir/log/\$name.log
+# Clients (ubcache, rbd, ceph) run many at once as client.admin: no admin
+# socket for them, only for the daemons.
+admin socket =
 mon data = $dir/mon.\$id
 osd data = $dir/osd.\$id
 osd objectstore = memstore
@@ -64,6 +65,12 @@ memstore device bytes = ${OSD_MEMSTORE_BYTES:-1073741824}
 osd max object name len = 256
 osd max object namespace len = 64
 ms bind ipv6 = false
+[mon]
+pid file = $dir/run/\$name.pid
+admin socket = $dir/run/\$name.asok
+[osd]
+pid file = $dir/run/\$name.pid
+admin socket = $dir/run/\$name.asok
 EOF
   # Keys: the monitors' own, the admin's (every cap), the OSD's.
   ceph-authtool --create-keyring "$dir/ceph.mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null

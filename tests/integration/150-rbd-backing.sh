@@ -12,7 +12,10 @@
 #  3. writeback: a random 32 MiB file copied in by nbdcopy, `ctl detach`
 #     (writes the dirty data back), and `rbd export` of the image is
 #     byte-identical past data_offset to everything clients wrote;
-#  4. clear errors, exit 2, in bounded time (and a conf=PATH option is not
+#  4. exclusive ownership: while a daemon serves an image, a second serve
+#     with another cephx client id is refused (exit 2) by the name `rbd
+#     status` gives the holder; a read-only probe shares; the first goes on;
+#  5. clear errors, exit 2, in bounded time (and a conf=PATH option is not
 #     taken for a file path): a missing image, a missing
 #     pool, an unknown client id, a cluster nobody listens on (timeout=3).
 source "$(dirname "$0")/lib.sh"
@@ -97,7 +100,28 @@ if data != ref:
 EOF
 log "rbd export of the detached image matches what clients wrote ($SIZE bytes past 8 KiB)"
 
-# ---- 4. errors: one line naming the spec, exit 2, bounded ----
+# ---- 4. exclusive ownership ----
+# A daemon serving an image holds its exclusive lock; another client (its
+# own cephx id, as another host would be) is refused, by the holder's name;
+# a read-only open may share; the first daemon goes on serving.
+ceph -c "$CONF" auth get-or-create client.second mon 'profile rbd' osd 'profile rbd pool=rbd' \
+  -o "$CEPH/second.keyring" >/dev/null || fail "ceph auth get-or-create client.second"
+SECOND="rbd,conf=$CONF,id=second,keyring=$CEPH/second.keyring,timeout=10:rbd/plain"
+start_server --backing "$(spec plain)" --nbd "unix:$SOCK"
+qio "locked: first daemon" "write -q -P 9 0 1M" "flush"
+holder=$(rbdc status rbd/plain | awk '/watcher=/ {for (i = 1; i <= NF; i++) if ($i ~ /^client\./) print $i}' | head -n 1)
+[[ -n $holder ]] || fail "rbd status shows no watcher for the serving daemon: $(rbdc status rbd/plain)"
+out=$(timeout 60 "$UBCACHE" serve --backing "$SECOND" --nbd "unix:$WORK/second.sock" 2>&1) && rc=0 || rc=$?
+((rc == 2)) || fail "a second serve of a locked image exited $rc (want 2): $out"
+expect_contains "$out" "exclusive lock" "the second serve's refusal"
+expect_contains "$out" "held by $holder" "the refusal names the holder (rbd status: $holder)"
+log "second serve refused: $out"
+timeout 60 "$UBCACHE" probe --read-only --seconds 1 "$SECOND" >"$WORK/ro-probe.out" 2>&1 ||
+  fail "a read-only probe of the locked image failed: $(cat "$WORK/ro-probe.out")"
+qio "locked: first daemon still serves" "read -q -P 9 0 1M" "write -q -P 10 1M 1M" "read -q -P 10 1M 1M"
+stop_server
+
+# ---- 5. errors: one line naming the spec, exit 2, bounded ----
 expect_error() {  # LABEL SPEC NEEDLE
   local out rc=0 t0=$SECONDS
   out=$(timeout 60 "$UBCACHE" probe --seconds 1 "$2" 2>&1) || rc=$?
