@@ -12,14 +12,14 @@
 # 64 KiB region (hits after the first pass, so they measure the cache),
 # then 1 MiB random reads alone (a spindle serves one request at a time:
 # beside the 4 KiB ones, each would also time the other's queue). The
-# cache device is slowed to 10 ms per I/O (fault: latency): an SSD stuck
+# cache device is slowed to 20 ms per I/O (fault: latency): an SSD stuck
 # behind a deep queue. Asserted, from `ctl get backing_read_us/4k` and
 # `/1m` only:
 #  - 4 KiB: fast store < 2 ms < spindle < 20 ms, slow link > 40 ms;
 #  - what a 1 MiB read adds to a 4 KiB one (the transfer): on the slow link
 #    more than 100 ms (40 Mbit/s), on the spindle and the fast store less
 #    than 30 ms;
-#  - auto congestion: in front of the slow link (50 ms > 10 ms) no read
+#  - auto congestion: in front of the slow link (50 ms > 20 ms) no read
 #    bypasses; in front of the fast store and the spindle (both faster
 #    than the stuck cache) the hot reads bypass.
 # The table goes to the log.
@@ -62,7 +62,7 @@ measure() {
   local label=$1 backing=$2
   truncate -s 0 "$CACHE"
   truncate -s 256M "$CACHE"
-  start_server --cache "fault,latency_us=10000:$CACHE" --backing "$backing" --nbd "unix:$SOCK" \
+  start_server --cache "fault,latency_us=20000:$CACHE" --backing "$backing" --nbd "unix:$SOCK" \
     --control "$CTL_SOCK" --congested-write-threshold-us 0
   local rc=0 before after
   before=$(($(get stats_total/cache_bypass_hits) + $(get stats_total/cache_bypass_misses)))
@@ -111,7 +111,7 @@ lt 100000 "$(python3 -c "print($L1 - $L4)")" ||
 lt "$(python3 -c "print($S1 - $S4)")" 30000 || fail "a 1m read on the spindle cost $S1 us against $S4 us for 4k"
 lt "$(python3 -c "print($F1 - $F4)")" 30000 || fail "a 1m read from the fast store cost $F1 us against $F4 us for 4k"
 # Auto congestion, from the same numbers.
-((LB == 0)) || fail "$LB reads bypassed a cache at ~10 ms in front of a 50 ms link"
-((FB > 0)) || fail "no read bypassed a cache stuck at ~10 ms in front of a fast store ($F4 us)"
-((SB > 0)) || fail "no read bypassed a cache stuck at ~10 ms in front of a spindle ($S4 us)"
+((LB == 0)) || fail "$LB reads bypassed a cache at ~20 ms in front of a 50 ms link"
+((FB > 0)) || fail "no read bypassed a cache stuck at ~20 ms in front of a fast store ($F4 us)"
+((SB > 0)) || fail "no read bypassed a cache stuck at ~20 ms in front of a spindle ($S4 us)"
 log "PASS"

@@ -604,7 +604,7 @@ TEST_CASE("buckets GC found empty are reclaimed before any other") {
   for (uint32_t i = 0; i < b.free_target(); i++) REQUIRE(Fill(b).bucket != 9);
 }
 
-TEST_CASE("usage counts the buckets GC found empty as dead until each is reclaimed; an open bucket is not dead") {
+TEST_CASE("usage counts the buckets GC found empty as dead until each is reclaimed, and an open bucket is not dead") {
   BucketAllocator a(Opts(1024, 0, 2));
   FillAll(a);
   CHECK(a.usage().dead == 0);
