@@ -113,6 +113,7 @@ stop() {
     [[ -e $f ]] || continue
     pid=$(cat "$f")
     kill "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true  # a test may have stopped it
   done
   for f in "$dir"/run/*.pid; do
     [[ -e $f ]] || continue

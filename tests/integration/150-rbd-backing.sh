@@ -15,7 +15,10 @@
 #  4. exclusive ownership: while a daemon serves an image, a second serve
 #     with another cephx client id is refused (exit 2) by the name `rbd
 #     status` gives the holder; a read-only probe shares; the first goes on;
-#  5. clear errors, exit 2, in bounded time (and a conf=PATH option is not
+#  5. an OSD that stops answering (SIGSTOP): with timeout=5, a read fails
+#     with EIO after ~5 s, the daemon lives, and a read waiting when the
+#     OSD comes back within the timeout completes with the right data;
+#  6. clear errors, exit 2, in bounded time (and a conf=PATH option is not
 #     taken for a file path): a missing image, a missing
 #     pool, an unknown client id, a cluster nobody listens on (timeout=3).
 source "$(dirname "$0")/lib.sh"
@@ -121,7 +124,33 @@ timeout 60 "$UBCACHE" probe --read-only --seconds 1 "$SECOND" >"$WORK/ro-probe.o
 qio "locked: first daemon still serves" "read -q -P 9 0 1M" "write -q -P 10 1M 1M" "read -q -P 10 1M 1M"
 stop_server
 
-# ---- 5. errors: one line naming the spec, exit 2, bounded ----
+# ---- 5. an OSD that stops answering ----
+# With timeout=5, a request to a stopped OSD fails with EIO after about 5 s
+# (never a hang), the daemon goes on, and a request that is waiting when
+# the OSD comes back within the timeout completes with the right data.
+start_server --backing "rbd,conf=$CONF,timeout=5:rbd/plain" --nbd "unix:$SOCK"
+qio "osd: before" "write -q -P 11 $((200 * M)) 1M" "flush"
+OSD=$(cat "$CEPH/run/osd.0.pid")
+on_exit "kill -CONT $OSD"
+kill -STOP "$OSD"
+t0=$SECONDS
+out=$(timeout 120 qemu-io -f raw "$(nbd_uri)" -c "read -q -P 11 $((200 * M)) 64k" 2>&1) || true
+took=$((SECONDS - t0))
+expect_contains "$out" "Input/output error" "a read from a stopped OSD"
+((took >= 4 && took <= 30)) || fail "a read from a stopped OSD failed after $took s (timeout=5)"
+log "stopped OSD: the read failed with EIO after $took s"
+server_alive "a request to a stopped OSD timed out"
+(timeout 120 qemu-io -f raw "$(nbd_uri)" -c "read -q -P 11 $((200 * M)) 64k" >"$WORK/back.out" 2>&1; echo "rc $?" >>"$WORK/back.out") &
+waiter=$!
+sleep 2
+kill -CONT "$OSD"
+wait "$waiter"
+grep -q "rc 0" "$WORK/back.out" && ! grep -qiE "failed|error" "$WORK/back.out" ||
+  fail "a read waiting when the OSD came back (within the timeout) did not complete: $(cat "$WORK/back.out")"
+qio "osd: after" "read -q -P 11 $((200 * M)) 1M" "write -q -P 12 $((200 * M)) 64k" "read -q -P 12 $((200 * M)) 64k"
+stop_server
+
+# ---- 6. errors: one line naming the spec, exit 2, bounded ----
 expect_error() {  # LABEL SPEC NEEDLE
   local out rc=0 t0=$SECONDS
   out=$(timeout 60 "$UBCACHE" probe --seconds 1 "$2" 2>&1) || rc=$?
