@@ -489,7 +489,7 @@ void CachedDevice::SetDirtyOk(bool ok) {
   for (Waiter& w : ready) w.reactor->Post(std::move(w.fn));
 }
 
-void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_before) {
+void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_before, bool dirty_refused) {
   if (set_->failed()) {
     // The backing device alone; afterwards the range's extents (dirty ones
     // included: the backing device now has newer data) are dropped.
@@ -516,7 +516,7 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
   bool dropped_clean = dropped_before || dropped > 0;
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
   bool seq_bypass = !attached() || ShouldBypass(req, true);  // once: it feeds the stream detector
-  if (attached() && mode == CacheMode::kWriteback && writeback_ &&
+  if (attached() && mode == CacheMode::kWriteback && writeback_ && !(dirty_refused && !has_dirty) &&
       ShouldWriteback(req, has_dirty, seq_bypass) && WriteBack(req, done, has_dirty, dropped_clean))
     return;
   // A write over dirty data is cached even when it goes through (bcache).
@@ -584,7 +584,10 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty,
       dirty_waiters_.push_back({0, 0, false, Reactor::Current(),
                                 [this, r, d = std::move(done), dropped_clean]() mutable {
                                   dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
-                                  DoWrite(r, std::move(d), dropped_clean);
+                                  // Woken with dirty_ok_ still false: marking
+                                  // failed (SetDirtyOk(false)), so through.
+                                  DoWrite(r, std::move(d), dropped_clean,
+                                          !dirty_ok_.load(std::memory_order_seq_cst));
                                 }});
       want_dirty_ = true;
       writeback_->Kick();

@@ -124,7 +124,10 @@ class CachedDevice final : public BlockDevice {
   void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);
   // `dropped_clean`: an earlier pass of this write (one that waited for the
   // backing superblock) already invalidated clean extents of the range.
-  void DoWrite(const IoRequest& req, IoDone done, bool dropped_clean = false);
+  // `dirty_refused`: this write waited for the backing superblock to be
+  // marked dirty, and that failed: it goes through, not into writeback
+  // (else it would wait again, for as long as the backing device is out).
+  void DoWrite(const IoRequest& req, IoDone done, bool dropped_clean = false, bool dirty_refused = false);
   // The writethrough/writearound/bypass write, after the range's clean
   // extents were invalidated (`has_dirty`: dirty ones are still there;
   // `dropped_clean`: some clean ones were removed, a removal the journal

@@ -18,7 +18,12 @@
 #  5. an OSD that stops answering (SIGSTOP): with timeout=5, a read fails
 #     with EIO after ~5 s, the daemon lives, and a read waiting when the
 #     OSD comes back within the timeout completes with the right data;
-#  6. clear errors, exit 2, in bounded time (and a conf=PATH option is not
+#  6. writeback through an OSD outage: the first write needing the backing
+#     superblock marked dirty fails with EIO in bounded time (it used to
+#     wait for as long as the outage lasted); once dirty, writes are
+#     acknowledged from the cache, kept dirty while writeback fails, and in
+#     the image after the OSD returns and `ctl detach`;
+#  7. clear errors, exit 2, in bounded time (and a conf=PATH option is not
 #     taken for a file path): a missing image, a missing
 #     pool, an unknown client id, a cluster nobody listens on (timeout=3).
 source "$(dirname "$0")/lib.sh"
@@ -150,7 +155,51 @@ grep -q "rc 0" "$WORK/back.out" && ! grep -qiE "failed|error" "$WORK/back.out" |
 qio "osd: after" "read -q -P 11 $((200 * M)) 1M" "write -q -P 12 $((200 * M)) 64k" "read -q -P 12 $((200 * M)) 64k"
 stop_server
 
-# ---- 6. errors: one line naming the spec, exit 2, bounded ----
+# ---- 6. writeback through an OSD outage ----
+# (a) The first write that needs the backing superblock marked dirty, while
+# the OSD is stopped: EIO within bounds (the mark times out, the write goes
+# through and times out), never a wait for as long as the outage lasts.
+# (b) Once dirty, writes during an outage are acknowledged from the cache
+# and read back; writeback fails and keeps them dirty (writeback_errors);
+# when the OSD returns they are written back, and after `ctl detach` the
+# image holds them.
+rbdc create rbd/outage --size 96M || fail "rbd create"
+truncate -s 0 "$CACHE"; truncate -s 128M "$CACHE"
+"$UBCACHE" format --cache "$CACHE" --backing "$(spec outage)" >"$WORK/format2.log" 2>&1 || fail "format: $(cat "$WORK/format2.log")"
+start_server --cache "$CACHE" --backing "rbd,conf=$CONF,timeout=5:rbd/outage" --cache-mode writeback \
+  --nbd "unix:$SOCK" --control "$CTL_SOCK"
+kill -STOP "$OSD"
+t0=$SECONDS
+out=$(timeout 120 qemu-io -f raw "$(nbd_uri)" -c "write -q -P 31 0 1M" 2>&1) || true
+took=$((SECONDS - t0))
+kill -CONT "$OSD"
+expect_contains "$out" "Input/output error" "the first dirty write during an outage"
+((took <= 40)) || fail "the first dirty write during an outage took $took s (want EIO within ~2 timeouts)"
+log "outage, superblock clean: the write failed with EIO after $took s"
+qio "outage: dirty now" "write -q -P 32 0 1M" "flush"
+kill -STOP "$OSD"
+qio "outage: acknowledged from the cache" "write -q -P 33 $M 1M" "flush" "read -q -P 33 $M 1M" "read -q -P 32 0 1M"
+ctl set writeback_delay 0 >/dev/null && ctl set writeback_percent 0 >/dev/null || fail "ctl set writeback knobs"
+deadline=$((SECONDS + 60))
+until (($(ctl get writeback_errors) > 0)); do
+  ((SECONDS < deadline)) || fail "no writeback error counted while the OSD was stopped"
+  sleep 1
+done
+(($(ctl get dirty_data) >= 2 * M)) || fail "dirty data lost while writeback failed: $(ctl get dirty_data)"
+kill -CONT "$OSD"
+timeout 120 "$UBCACHE" ctl --control "$CTL_SOCK" detach >"$WORK/detach2.out" 2>&1 || fail "ctl detach after the outage: $(cat "$WORK/detach2.out")"
+stop_server
+rbdc export rbd/outage "$WORK/outage.img" >/dev/null 2>&1 || fail "rbd export"
+python3 - "$WORK/outage.img" <<'EOF' || fail "the image after the outage does not hold the acknowledged writes"
+import sys
+d = open(sys.argv[1], "rb").read()[8192:]
+M = 1 << 20
+assert d[:M] == bytes([32]) * M, "first MiB"
+assert d[M:2 * M] == bytes([33]) * M, "second MiB"
+EOF
+log "outage: acknowledged writes were kept dirty and written back once the OSD returned"
+
+# ---- 7. errors: one line naming the spec, exit 2, bounded ----
 expect_error() {  # LABEL SPEC NEEDLE
   local out rc=0 t0=$SECONDS
   out=$(timeout 60 "$UBCACHE" probe --seconds 1 "$2" 2>&1) || rc=$?
