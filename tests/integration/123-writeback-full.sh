@@ -49,13 +49,39 @@ log "cache: $DATA_BUCKETS data buckets ($CAP bytes); dirty bound $BOUND bytes"
 
 # ---- A: 3x the cache, verified ----
 SAMPLES=$WORK/dirty.txt
-sampler() {
-  while :; do
-    echo "$(date +%s.%N) $(ctl dirty-data 2>/dev/null || echo x)" >>"$SAMPLES"
-    sleep 0.5
-  done
-}
-sampler &
+# One python process asks the control socket itself every 0.5 s: a new
+# `ubcache ctl` per sample (a sanitized build's start-up, on a loaded
+# machine) took longer than the interval, and too few samples came.
+python3 - "$CTL_SOCK" "$SAMPLES" <<'EOF' &
+import socket, sys, time
+sock, out = sys.argv[1], sys.argv[2]
+while True:
+    value = "x"
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(sock)
+        s.sendall(b"ubcache-ctl/1 dirty-data\n")
+        buf = b""
+        while True:
+            nl = buf.find(b"\n")
+            if nl >= 0:
+                kind, n = buf[:nl].split(b" ")
+                if len(buf) >= nl + 1 + int(n):
+                    if kind == b"ok":
+                        value = buf[nl + 1:nl + 1 + int(n)].decode().strip()
+                    break
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        s.close()
+    except OSError:
+        pass
+    with open(out, "a") as f:
+        f.write(f"{time.time():.3f} {value}\n")
+    time.sleep(0.5)
+EOF
 SAMPLER_PID=$!
 on_exit '[[ -z $SAMPLER_PID ]] || kill "$SAMPLER_PID"'
 FIO_A=(--name=full --rw=randwrite --bs=128k --iodepth=8 --offset=0 --size=192M --randseed=123
