@@ -52,33 +52,17 @@ SAMPLES=$WORK/dirty.txt
 # One python process asks the control socket itself every 0.5 s: a new
 # `ubcache ctl` per sample (a sanitized build's start-up, on a loaded
 # machine) took longer than the interval, and too few samples came.
-python3 - "$CTL_SOCK" "$SAMPLES" <<'EOF' &
-import socket, sys, time
-sock, out = sys.argv[1], sys.argv[2]
+python3 - "$CTL_SOCK" "$SAMPLES" "$(dirname "$0")" <<'EOF' &
+import sys, time
+sys.path.insert(0, sys.argv[3])
+from ctl_wire import request
 while True:
-    value = "x"
     try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(5)
-        s.connect(sock)
-        s.sendall(b"ubcache-ctl/1 dirty-data\n")
-        buf = b""
-        while True:
-            nl = buf.find(b"\n")
-            if nl >= 0:
-                kind, n = buf[:nl].split(b" ")
-                if len(buf) >= nl + 1 + int(n):
-                    if kind == b"ok":
-                        value = buf[nl + 1:nl + 1 + int(n)].decode().strip()
-                    break
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-        s.close()
+        kind, payload = request(sys.argv[1], "dirty-data", timeout=5)
+        value = payload.strip() if kind == "ok" else "x"
     except OSError:
-        pass
-    with open(out, "a") as f:
+        value = "x"
+    with open(sys.argv[2], "a") as f:
         f.write(f"{time.time():.3f} {value}\n")
     time.sleep(0.5)
 EOF
