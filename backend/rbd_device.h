@@ -62,12 +62,11 @@ class RbdDevice final : public BlockDevice {
   ~RbdDevice() override;
   std::string Describe() const override;
 
-  struct Op;  // one librbd command's state (rbd_device.cpp)
-
  protected:
   void DoSubmit(const IoRequest& req, IoDone done) override;
 
  private:
+  struct Op;  // one librbd command's state (rbd_device.cpp)
   class Waiter;
   RbdDevice(std::string spec, RbdSpec rbd, uint64_t size, bool read_only, void* cluster, void* ioctx,
             void* image, int event_fd);

@@ -334,7 +334,7 @@ std::vector<Attribute> BuildTable() {
                    "auto_congested_bypasses_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->auto_congested_bypasses()); }));
   t.push_back(Stat("spare_admissions", bdev,
-                   "stream requests cached because the cache had free space to spare (sequential_cutoff auto)",
+                   "stream requests cached because the cache had free or dead space to spare (sequential_cutoff auto)",
                    "spare_admissions_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->spare_admissions()); }));
   t.push_back(Stat("ghost_admissions", bdev,
