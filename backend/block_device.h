@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -94,6 +95,15 @@ class BlockDevice {
   // device with nothing to warm completes it at once; the cache reads the
   // range in, as bcache does for readahead. The range is validated like a read.
   void Prefetch(uint64_t offset, uint64_t len, IoDone done);
+
+  // Fencing, for devices that another host can take over (rbd:, whose
+  // exclusive lock another client can break): the device calls `on_fence`
+  // once, from a thread of its own, when this process lost the right to
+  // write it, and fails every request from then on. `why` is one line
+  // ("blocklisted by the cluster"). Setting an empty function waits for a
+  // call in progress. Devices nobody else can take never call it.
+  using FenceHandler = std::function<void(const std::string& why)>;
+  virtual void SetFenceHandler(FenceHandler on_fence) {}
 
  protected:
   BlockDevice(std::string spec, uint64_t size, uint32_t block_size, bool read_only)

@@ -6,11 +6,16 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "util/log.h"
 #include "util/size.h"
+#include "util/thread.h"
 
 namespace ubcache {
 
@@ -96,26 +101,70 @@ Status RadosError(const std::string& spec, const std::string& what, int ret) {
   return Status::FromErrno(-ret, spec + ": " + what);
 }
 
-// Who holds the image's exclusive lock ("client.4151 at 10.0.0.5:0/1234"),
-// or "": the lock names an address; the image's watchers give its client.
-std::string LockHolders(rbd_image_t image) {
+// The addresses holding the image's lock, as the cluster says now; an
+// error (ESHUTDOWN: this client is blocklisted; ETIMEDOUT: no answer) as is.
+Result<std::vector<std::string>> LockOwnersOrError(rbd_image_t image, int* err) {
   rbd_lock_mode_t mode;
   char* owners[8];
   size_t n = 8;
-  if (rbd_lock_get_owners(image, &mode, owners, &n) < 0) return "";
+  int r = rbd_lock_get_owners(image, &mode, owners, &n);
+  *err = r == -ENOENT ? 0 : r;  // ENOENT: nobody holds it
+  if (r == -ENOENT) return std::vector<std::string>{};
+  if (r < 0) return Status::FromErrno(-r, "rbd_lock_get_owners");
+  std::vector<std::string> out(owners, owners + n);
+  rbd_lock_get_owners_cleanup(owners, n);
+  return out;
+}
+
+std::optional<std::vector<std::string>> LockOwners(rbd_image_t image) {
+  int err;
+  auto r = LockOwnersOrError(image, &err);
+  if (!r.ok()) return std::nullopt;
+  return *r;
+}
+
+// Who holds the image's exclusive lock ("client.4151 at 10.0.0.5:0/1234"),
+// or "": the lock names an address; the image's watchers give its client.
+std::string LockHolders(rbd_image_t image) {
+  auto owners = LockOwners(image);
+  if (!owners) return "";
   rbd_image_watcher_t watchers[16];
   size_t nw = 16;
   bool have_watchers = rbd_watchers_list(image, watchers, &nw) >= 0;
   std::string out;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < owners->size(); i++) {
+    const std::string& owner = (*owners)[i];
     std::string who;
     for (size_t j = 0; have_watchers && j < nw; j++)
-      if (std::strcmp(watchers[j].addr, owners[i]) == 0) who = "client." + std::to_string(watchers[j].id) + " at ";
-    out += (i ? ", " : "") + who + owners[i];
+      if (owner == watchers[j].addr) who = "client." + std::to_string(watchers[j].id) + " at ";
+    out += (i ? ", " : "") + who + owner;
   }
   if (have_watchers) rbd_watchers_list_cleanup(watchers, nw);
-  rbd_lock_get_owners_cleanup(owners, n);
   return out;
+}
+
+// Images open for writing. A command that exits on an error (Die: exit()
+// runs no destructors) would leave its lock and its watch on the image
+// header until the cluster times the client out (~30 s): the next open
+// would wait for the lock, and the next close for the dead watcher to ack
+// the lock's release. exit() closes them instead (unwatch, release).
+std::mutex g_open_mu;
+std::vector<rbd_image_t> g_open;  // under g_open_mu
+
+void CloseAtExit() {
+  std::lock_guard<std::mutex> l(g_open_mu);
+  for (rbd_image_t image : g_open) (void)rbd_close(image);
+  g_open.clear();
+}
+
+void RememberOpen(rbd_image_t image, bool open) {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(CloseAtExit); });
+  std::lock_guard<std::mutex> l(g_open_mu);
+  if (open)
+    g_open.push_back(image);
+  else
+    std::erase(g_open, image);
 }
 
 }  // namespace
@@ -193,8 +242,14 @@ Result<std::unique_ptr<RbdDevice>> RbdDevice::Open(const std::string& spec, cons
     return close_all(RadosError(spec, "rbd_set_image_notification", r));
   }
   size -= size % 512;
-  return std::unique_ptr<RbdDevice>(
-      new RbdDevice(spec, rbd, size, opts.read_only, cluster, io, image, efd));
+  std::unique_ptr<RbdDevice> dev(new RbdDevice(spec, rbd, size, opts.read_only, cluster, io, image, efd));
+  if (!opts.read_only) {
+    auto owners = LockOwners(image);
+    if (owners && !owners->empty()) dev->lock_owner_ = owners->front();
+    RememberOpen(image, true);
+    dev->watch_ = std::thread([d = dev.get()] { d->WatchOwnership(); });
+  }
+  return dev;
 }
 
 RbdDevice::RbdDevice(std::string spec, RbdSpec rbd, uint64_t size, bool read_only, void* cluster,
@@ -207,6 +262,14 @@ RbdDevice::RbdDevice(std::string spec, RbdSpec rbd, uint64_t size, bool read_onl
       event_fd_(event_fd) {}
 
 RbdDevice::~RbdDevice() {
+  if (watch_.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(watch_mu_);
+      watch_stop_ = true;
+    }
+    watch_cv_.notify_all();
+    watch_.join();
+  }
   // Completions reaped by nobody (the reactors are gone): released while
   // the image is open; nothing may be in flight by now (see the header).
   rbd_completion_t comps[64];
@@ -216,6 +279,7 @@ RbdDevice::~RbdDevice() {
       delete static_cast<Op*>(rbd_aio_get_arg(comps[i]));
       rbd_aio_release(comps[i]);
     }
+  if (!read_only_) RememberOpen(static_cast<rbd_image_t>(image_), false);
   rbd_close(static_cast<rbd_image_t>(image_));
   rados_ioctx_destroy(static_cast<rados_ioctx_t>(ioctx_));
   rados_shutdown(static_cast<rados_t>(cluster_));
@@ -247,7 +311,73 @@ int Issue(rbd_image_t image, IoOp op, const IoRequest& req, rbd_completion_t c) 
 
 }  // namespace
 
+void RbdDevice::SetFenceHandler(FenceHandler on_fence) {
+  std::lock_guard<std::mutex> l(handler_mu_);
+  on_fence_ = std::move(on_fence);
+}
+
+void RbdDevice::WatchOwnership() {
+  SetThreadName("ub-rbd-owner");
+  int strikes = 0;
+  std::unique_lock<std::mutex> l(watch_mu_);
+  while (!watch_stop_) {
+    watch_cv_.wait_for(l, std::chrono::milliseconds(kOwnershipCheckMs), [this] { return watch_stop_ || check_now_; });
+    if (watch_stop_) return;
+    check_now_ = false;
+    l.unlock();
+    std::string lost = CheckOwnership(strikes);
+    if (!lost.empty()) {
+      Fence(lost);
+      return;
+    }
+    l.lock();
+  }
+}
+
+std::string RbdDevice::CheckOwnership(int& strikes) {
+  auto* image = static_cast<rbd_image_t>(image_);
+  int err = 0;
+  auto owners = LockOwnersOrError(image, &err);
+  if (err == -ESHUTDOWN) return "this client (" + lock_owner_ + ") was blocklisted by the cluster";
+  if (!owners.ok()) return "";  // no answer: an outage, not a fence
+  if (!lock_owner_.empty() &&
+      std::find(owners->begin(), owners->end(), lock_owner_) != owners->end()) {
+    strikes = 0;
+    return "";
+  }
+  // Not ours: twice running, so a lock librbd is re-taking after a lost
+  // watch (an OSD restart) is not taken for a stolen one.
+  if (++strikes < 2) {
+    CheckSoon();
+    return "";
+  }
+  std::string holder = LockHolders(image);
+  return holder.empty() ? "the image's exclusive lock was broken (it was " + lock_owner_ + "'s)"
+                        : "the image's exclusive lock was taken by " + holder;
+}
+
+void RbdDevice::CheckSoon() {
+  {
+    std::lock_guard<std::mutex> l(watch_mu_);
+    check_now_ = true;
+  }
+  watch_cv_.notify_all();
+}
+
+void RbdDevice::Fence(const std::string& why) {
+  fence_reason_ = why;
+  fenced_.store(true, std::memory_order_release);
+  UB_ERROR("{}: fenced: {}; every request fails from now on", spec_, why);
+  std::lock_guard<std::mutex> l(handler_mu_);
+  if (on_fence_) on_fence_(why);
+}
+
 void RbdDevice::DoSubmit(const IoRequest& req, IoDone done) {
+  if (fenced_.load(std::memory_order_acquire)) {
+    CompleteLater(std::move(done), Status::IoError(spec_ + ": " + IoOpName(req.op) + " refused: fenced (" +
+                                                   fence_reason_ + ")"));
+    return;
+  }
   Reactor* r = Reactor::Current();
   auto* op = new Op{r, std::move(done), req.op};
   op->offset = req.offset;
@@ -314,6 +444,9 @@ void RbdDevice::Finish(Op* op) {
     }
     op->ret = ret;
   }
+  // A blocklisted client's requests fail with ESHUTDOWN; a write without
+  // the lock with EROFS: look at the lock now rather than within a second.
+  if (op->ret == -ESHUTDOWN || (op->ret == -EROFS && op->op != IoOp::kRead)) CheckSoon();
   Status st = op->ret < 0 ? Status::FromErrno(static_cast<int>(-op->ret),
                                               spec_ + ": " + IoOpName(op->op) + " at " + std::to_string(op->offset))
                           : Status::OK();

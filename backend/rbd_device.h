@@ -23,8 +23,16 @@
 // Ownership: a read-write open takes the image's exclusive lock in
 // exclusive mode (librbd will not hand it to a client that asks), so a
 // second cache on the same image is refused at open, by the holder's name.
-// Losing the lock later (broken from outside, blocklisted) is not yet
-// detected: fencing is issue 15's next part.
+// Losing it later — another client broke it (`rbd lock rm`, which also
+// blocklists us), or the cluster blocklisted this client — fences the
+// device: a thread asks the cluster who holds the lock every second (and at
+// once when a request fails as a blocklisted client's do); when it is
+// blocklisted, or the lock names someone else on two checks running, every
+// request fails with EIO from then on and the fence handler runs (the cache
+// stops serving and writing back, and records the fence). Between the
+// break and the check, the OSDs refuse a blocklisted client's writes: that
+// is Ceph's own fence, and why breaking a lock without blocklisting
+// (rbd_blocklist_on_break_lock false) is unsafe with any client.
 //
 // Lifetime: destroy the device only when no reactor will run again with
 // polls for it outstanding (after the reactors stop), like NbdDevice.
@@ -32,8 +40,11 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/block_device.h"
@@ -61,6 +72,9 @@ class RbdDevice final : public BlockDevice {
                                                  const OpenOptions& opts);
   ~RbdDevice() override;
   std::string Describe() const override;
+  void SetFenceHandler(FenceHandler on_fence) override;
+
+  static constexpr unsigned kOwnershipCheckMs = 1000;
 
  protected:
   void DoSubmit(const IoRequest& req, IoDone done) override;
@@ -74,6 +88,14 @@ class RbdDevice final : public BlockDevice {
   void Reap();
   void Finish(Op* op);  // on the op's reactor
   Waiter& WaiterFor(Reactor* r);
+  // The ownership watch (read-write opens; see the top).
+  void WatchOwnership();
+  // Why the image is no longer ours, or "" while it is (or the cluster
+  // cannot say: an outage is not a fence). `strikes` counts checks running
+  // that found the lock in other hands.
+  std::string CheckOwnership(int& strikes);
+  void CheckSoon();  // a request failed as a fenced client's would
+  void Fence(const std::string& why);
 
   RbdSpec rbd_;
   void* cluster_;  // rados_t
@@ -83,6 +105,17 @@ class RbdDevice final : public BlockDevice {
   Mutex reap_mu_;  // one reaper at a time: completions are routed in order
   // One per reactor id, made on its first request; touched only by it.
   std::array<std::unique_ptr<Waiter>, Reactor::kMaxReactors> waiters_;
+
+  std::string lock_owner_;  // this client in the lock, as rbd_lock_get_owners names it
+  std::string fence_reason_;  // set once, before fenced_
+  std::atomic<bool> fenced_{false};
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;  // under watch_mu_
+  bool check_now_ = false;   // under watch_mu_
+  std::mutex handler_mu_;    // held while on_fence_ runs
+  FenceHandler on_fence_;    // under handler_mu_
+  std::thread watch_;        // last: joined first
 };
 
 }  // namespace ubcache

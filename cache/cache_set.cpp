@@ -273,14 +273,20 @@ Status CacheSet::StartCold() {
 
 Status CacheSet::WriteSuperblock(const IndexRoot* root, bool clean, uint64_t table_off,
                                  uint64_t table_len) {
+  return ChangeSuperblock([&](CacheSuperblock& sb) {
+    if (root) sb.index_root = root->Encode();
+    sb.flags = clean ? (sb.flags | CacheSuperblock::kFlagClean) : (sb.flags & ~CacheSuperblock::kFlagClean);
+    sb.bucket_table_offset = table_off;
+    sb.bucket_table_len = table_len;
+  });
+}
+
+Status CacheSet::ChangeSuperblock(const std::function<void(CacheSuperblock&)>& change) {
   MutexLock l(&sb_mu_);
   CacheSuperblock sb = sb_;
   sb.seq++;
   sb.feature_incompat |= CacheSuperblock::kIncompatWarmState;
-  if (root) sb.index_root = root->Encode();
-  sb.flags = clean ? (sb.flags | CacheSuperblock::kFlagClean) : (sb.flags & ~CacheSuperblock::kFlagClean);
-  sb.bucket_table_offset = table_off;
-  sb.bucket_table_len = table_len;
+  change(sb);
   Status st = ValidateCacheSuperblock(sb, cache_dev_->size(), cache_dev_->logical_block_size());
   if (!st.ok()) return st;
   AlignedBuffer buf(kSuperblockSize);
@@ -292,6 +298,44 @@ Status CacheSet::WriteSuperblock(const IndexRoot* root, bool clean, uint64_t tab
       disk_store_->Io({IoOp::kWrite, kIoFua, kSuperblockOffset, kSuperblockSize, buf.data()}));
   UB_RETURN_IF_ERROR(disk_store_->Io({IoOp::kFlush, 0, 0, 0, nullptr}));
   sb_ = sb;
+  return Status::OK();
+}
+
+Status CacheSet::RecordFence(const Uuid& backing) {
+  if (!persistent_ || IsZeroUuid(backing)) return Status::OK();
+  if (FencedSince(backing)) return Status::OK();
+  {
+    MutexLock l(&sb_mu_);
+    if (sb_.fences.size() >= CacheSuperblock::kMaxFences)
+      return Status::NoSpace("the cache superblock holds " + std::to_string(CacheSuperblock::kMaxFences) +
+                             " fences already");
+  }
+  uint64_t now = static_cast<uint64_t>(time(nullptr));
+  return ChangeSuperblock([&](CacheSuperblock& sb) {
+    sb.fences.push_back({backing, now});
+    sb.feature_incompat |= CacheSuperblock::kIncompatFences;
+  });
+}
+
+Status CacheSet::ClearFence(const Uuid& backing) {
+  if (!FencedSince(backing)) return Status::OK();
+  return ChangeSuperblock([&](CacheSuperblock& sb) {
+    std::erase_if(sb.fences, [&](const CacheSuperblock::Fence& f) { return f.backing == backing; });
+    if (sb.fences.empty()) sb.feature_incompat &= ~CacheSuperblock::kIncompatFences;
+  });
+}
+
+std::optional<uint64_t> CacheSet::FencedSince(const Uuid& backing) {
+  MutexLock l(&sb_mu_);
+  for (const auto& f : sb_.fences)
+    if (f.backing == backing) return f.since;
+  return std::nullopt;
+}
+
+Status CacheSet::DropDevice(uint32_t dev, uint64_t size) {
+  constexpr uint64_t kStep = 64 << 20;
+  for (uint64_t off = 0; off < size; off += kStep)
+    UB_RETURN_IF_ERROR(index_->Invalidate(dev, off, std::min(kStep, size - off)));
   return Status::OK();
 }
 

@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -88,6 +89,22 @@ class CacheSet {
   // attached, or attached elsewhere since) gets a number never used before,
   // so no extent left from earlier can be taken for its data.
   uint32_t DeviceNumber(const Uuid& backing_uuid, bool was_attached);
+  // Drops every extent of device `dev` in [0, size), dirty ones included
+  // (their dirty bytes with them), a bounded step at a time so no index
+  // shard is held for long; Commit() makes it durable.
+  Status DropDevice(uint32_t dev, uint64_t size);
+
+  // Fences (doc/format.md §2): backing devices that lost their ownership
+  // while this set served them (rbd: another client broke the image's lock).
+  // Their cached data may be older than the new owner's, so the next start
+  // neither serves nor writes it back until an operator decides (serve
+  // --after-fence). RecordFence is durable on return (a superblock write;
+  // not on a serving reactor); a no-op for a Create()d set or a backing
+  // device without a uuid, whose data no later start can find.
+  Status RecordFence(const Uuid& backing) EXCLUDES(sb_mu_);
+  Status ClearFence(const Uuid& backing) EXCLUDES(sb_mu_);
+  // When the fence was recorded (unix seconds), if there is one.
+  std::optional<uint64_t> FencedSince(const Uuid& backing) EXCLUDES(sb_mu_);
   // The set uuid (zero for a Create()d set).
   const Uuid& set_uuid() const { return set_uuid_; }
 
@@ -176,6 +193,8 @@ class CacheSet {
   // the bucket table pointer: flush, write, flush.
   Status WriteSuperblock(const IndexRoot* root, bool clean, uint64_t table_off, uint64_t table_len)
       EXCLUDES(sb_mu_);
+  // Writes sb_ with seq bumped and `change` applied (flush, write, flush).
+  Status ChangeSuperblock(const std::function<void(CacheSuperblock&)>& change) EXCLUDES(sb_mu_);
   void StartThreads();  // the allocator's refill thread and housekeeping
   void StopHousekeeping();
   void Housekeeping();

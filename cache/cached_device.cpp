@@ -153,14 +153,10 @@ bool CachedDevice::AdmitStream(const IoRequest& req, uint64_t now_ns) {
   return false;
 }
 
-Status CachedDevice::DropExtents() {
-  constexpr uint64_t kStep = 64 << 20;
-  for (uint64_t off = 0; off < size(); off += kStep)
-    UB_RETURN_IF_ERROR(set_->index().Invalidate(dev_, off, std::min(kStep, size() - off)));
-  return Status::OK();
-}
+Status CachedDevice::DropExtents() { return set_->DropDevice(dev_, size()); }
 
 Status CachedDevice::Detach() {
+  if (fenced()) return Status::Busy(spec_ + " is fenced: its cached data stays where it is");
   attached_.store(false, std::memory_order_release);
   return DropExtents();
 }
@@ -171,8 +167,38 @@ Status CachedDevice::Attach() {
   return Status::OK();
 }
 
+void CachedDevice::Fence(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> l(fence_mu_);
+    if (fenced()) return;
+    fence_reason_ = why;
+    fenced_.store(true, std::memory_order_release);
+  }
+  UB_ERROR("{}: FENCED: {}. Every request fails from now on, and its {} of dirty data is neither served "
+           "nor written back; restart with --after-fence once the image's new owner is done with it",
+           spec_, why, FormatSize(dirty_bytes()));
+  // Writes waiting for the backing superblock go on, to fail below.
+  SetDirtyOk(false);
+  if (writeback_) writeback_->Kick();  // it records the fence
+}
+
+std::string CachedDevice::fence_reason() const {
+  std::lock_guard<std::mutex> l(fence_mu_);
+  return fence_reason_;
+}
+
+namespace {
+Status FencedError(const std::string& spec, IoOp op) {
+  return Status::IoError(spec + ": " + IoOpName(op) + " refused: fenced (another client owns the device)");
+}
+}  // namespace
+
 void CachedDevice::DoSubmit(const IoRequest& req, IoDone done) {
   last_request_ns_.store(NowNanos(), std::memory_order_relaxed);
+  if (fenced()) {
+    CompleteLater(std::move(done), FencedError(spec_, req.op));
+    return;
+  }
   if (!attached() && req.op == IoOp::kRead) {
     backing_->Submit(req, std::move(done));  // detached: the index is not ours to read
     return;
@@ -222,6 +248,10 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
 }
 
 void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
+  if (fenced()) {
+    CompleteLater(std::move(done), FencedError(spec_, IoOp::kRead));
+    return;
+  }
   if (!attached()) {
     CompleteLater(std::move(done), Status::OK());  // a hint, and there is no cache to fill
     return;
@@ -490,6 +520,10 @@ void CachedDevice::SetDirtyOk(bool ok) {
 }
 
 void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_before, bool dirty_refused) {
+  if (fenced()) {  // a write that waited (AfterWriteback, the backing superblock) meets it here
+    CompleteLater(std::move(done), FencedError(spec_, req.op));
+    return;
+  }
   if (set_->failed()) {
     // The backing device alone; afterwards the range's extents (dirty ones
     // included: the backing device now has newer data) are dropped.

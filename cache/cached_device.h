@@ -33,7 +33,15 @@
 // Attach drops them again (a write in flight across Detach may have inserted
 // one), then caching resumes. Either takes effect on the next request.
 //
-// Thread safety: any reactor thread; Detach/Attach from any thread. Per-request state lives in the
+// Fence (a backing device another client took over: rbd:'s lock broken,
+// this client blocklisted): from then on every request fails with EIO —
+// reads included, since the cache's copy may be older than the new owner's
+// data — and the writeback thread never writes to the backing device
+// again. It records the fence in the cache superblock (CacheSet::
+// RecordFence), so the next start does not write the dirty data back
+// either until an operator decides (serve --after-fence).
+//
+// Thread safety: any reactor thread; Detach/Attach/Fence from any thread. Per-request state lives in the
 // request; shared state is in thread-safe objects (index shards, bucket
 // allocator, atomics); stream detection is per reactor thread.
 #pragma once
@@ -91,6 +99,10 @@ class CachedDevice final : public BlockDevice {
   const ServiceTime& backing_time() const { return backing_time_; }
   Status Detach();
   Status Attach();
+  // The backing device is no longer ours (see the top); `why` says how.
+  void Fence(const std::string& why);
+  bool fenced() const { return fenced_.load(std::memory_order_acquire); }
+  std::string fence_reason() const;
   bool attached() const { return attached_.load(std::memory_order_acquire); }
   CacheSet* set() const { return set_; }
   BlockDevice* backing() const { return backing_; }
@@ -213,6 +225,9 @@ class CachedDevice final : public BlockDevice {
   std::vector<Waiter> dirty_waiters_;                      // under wb_mu_
   std::atomic<uint32_t> wb_count_{0};                      // writeback ranges_
   bool can_writeback_ = false;
+  std::atomic<bool> fenced_{false};
+  mutable std::mutex fence_mu_;
+  std::string fence_reason_;  // under fence_mu_
   std::unique_ptr<Writeback> writeback_;  // last: stopped before the rest goes
 };
 

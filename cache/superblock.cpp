@@ -44,7 +44,8 @@ constexpr size_t kCacheMode = 189;
 constexpr size_t kIndexRootLen = 192;  // with kIncompatWarmState
 constexpr size_t kBucketTableOffset = 200;
 constexpr size_t kBucketTableLen = 208;
-constexpr size_t kEnd = 216;  // reserved (zero) from here to 4096, but for the root record at 512
+constexpr size_t kFenceCount = 216;  // with kIncompatFences; the records at kFencesOffset
+constexpr size_t kEnd = 220;  // reserved (zero) from here to 4096, but for the fences and the root record
 }  // namespace cache_off
 
 // Byte offsets in bcache's struct cache_sb_disk (include/uapi/linux/bcache.h,
@@ -278,7 +279,18 @@ void EncodeCacheSuperblock(const CacheSuperblock& sb, SuperblockBlock b) {
     StoreLE64(p + kBucketTableLen, sb.bucket_table_len);
     if (n) std::memcpy(p + CacheSuperblock::kIndexRootOffset, sb.index_root.data(), n);
   }
-  static_assert(kEnd <= CacheSuperblock::kIndexRootOffset);
+  if (sb.has_fences()) {
+    size_t n = std::min(sb.fences.size(), CacheSuperblock::kMaxFences);
+    StoreLE32(p + kFenceCount, static_cast<uint32_t>(n));
+    for (size_t i = 0; i < n; i++) {
+      uint8_t* f = p + CacheSuperblock::kFencesOffset + i * CacheSuperblock::kFenceSize;
+      std::memcpy(f, sb.fences[i].backing.data(), 16);
+      StoreLE64(f + 16, sb.fences[i].since);
+    }
+  }
+  static_assert(kEnd <= CacheSuperblock::kFencesOffset);
+  static_assert(CacheSuperblock::kFencesOffset + CacheSuperblock::kMaxFences * CacheSuperblock::kFenceSize <=
+                CacheSuperblock::kIndexRootOffset);
   StoreLE64(p + kCsum, CacheChecksum(b));
 }
 
@@ -349,6 +361,12 @@ Status ValidateCacheSuperblock(const CacheSuperblock& sb, uint64_t device_size,
   } else if (sb.bucket_table_offset != 0) {
     return Corrupt("bucket table offset set without a length");
   }
+  if (!sb.has_fences() && !sb.fences.empty()) return Corrupt("fences without the fences feature");
+  if (sb.has_fences() && (sb.fences.empty() || sb.fences.size() > S::kMaxFences))
+    return Corrupt("bad fence count " + std::to_string(sb.fences.size()) + " (1 to " +
+                   std::to_string(S::kMaxFences) + ")");
+  for (const auto& f : sb.fences)
+    if (IsZeroUuid(f.backing)) return Corrupt("fence for a zero uuid");
   return Status::OK();
 }
 
@@ -403,6 +421,16 @@ Result<CacheSuperblock> DecodeCacheSuperblock(ConstSuperblockBlock b, uint64_t d
                          p + CacheSuperblock::kIndexRootOffset + n);
     sb.bucket_table_offset = LoadLE64(p + kBucketTableOffset);
     sb.bucket_table_len = LoadLE64(p + kBucketTableLen);
+  }
+  if (sb.has_fences()) {
+    uint32_t n = LoadLE32(p + kFenceCount);
+    if (n == 0 || n > CacheSuperblock::kMaxFences)
+      return Corrupt("bad fence count " + std::to_string(n) + " (1 to " +
+                     std::to_string(CacheSuperblock::kMaxFences) + ")");
+    for (uint32_t i = 0; i < n; i++) {
+      const uint8_t* f = p + CacheSuperblock::kFencesOffset + i * CacheSuperblock::kFenceSize;
+      sb.fences.push_back({GetUuid(f), LoadLE64(f + 16)});
+    }
   }
   UB_RETURN_IF_ERROR(ValidateCacheSuperblock(sb, device_size, device_block_size));
   return sb;

@@ -76,15 +76,25 @@ struct CacheSuperblock {
   // without clearing `clean`, and a later warm start would then trust an
   // index whose buckets it had overwritten.
   static constexpr uint64_t kIncompatWarmState = 1u << 0;
+  // feature_incompat bit 1: backing devices are fenced (`fences` below), set
+  // only while the list is not empty. Incompat because a build that does
+  // not know it would write the fenced devices' dirty data back over what
+  // their new owner wrote.
+  static constexpr uint64_t kIncompatFences = 1u << 1;
   // Feature bits this build understands. An unknown incompat bit
   // refuses the device; an unknown ro_compat bit allows read-only use; an
   // unknown compat bit is ignored. See doc/format.md, "Versioning".
   static constexpr uint64_t kKnownCompat = 0;
   static constexpr uint64_t kKnownRoCompat = 0;
-  static constexpr uint64_t kKnownIncompat = kIncompatWarmState;
+  static constexpr uint64_t kKnownIncompat = kIncompatWarmState | kIncompatFences;
   // The index root record lives at this offset of the block, at most this long.
   static constexpr size_t kIndexRootOffset = 512;
   static constexpr size_t kMaxIndexRoot = 4096 - kIndexRootOffset;
+
+  // Fence records live at 224, 24 bytes each, up to the root record.
+  static constexpr size_t kFencesOffset = 224;
+  static constexpr size_t kFenceSize = 24;
+  static constexpr size_t kMaxFences = (kIndexRootOffset - kFencesOffset) / kFenceSize;
 
   static constexpr uint32_t kMinBlockSize = 512;
   static constexpr uint32_t kMaxBlockSize = 64 * 1024;
@@ -121,6 +131,16 @@ struct CacheSuperblock {
   std::vector<uint8_t> index_root;   // IndexRoot::Encode(); empty: none yet
   uint64_t bucket_table_offset = 0;  // bytes on the device, in the journal area
   uint64_t bucket_table_len = 0;     // bytes; 0: no table
+  // A backing device that lost its ownership (rbd: another client took the
+  // image over) while this cache served it: its cached data, dirty data
+  // included, may be older than what the new owner wrote, and is neither
+  // served nor written back until an operator decides (serve --after-fence).
+  struct Fence {
+    Uuid backing{};
+    uint64_t since = 0;  // unix seconds
+    bool operator==(const Fence&) const = default;
+  };
+  std::vector<Fence> fences;  // with kIncompatFences, at most kMaxFences
   uint64_t csum = 0;  // as read by Decode; Encode computes its own
 
   // Buckets for btree nodes and cached data: [data_bucket(), nbuckets).
@@ -129,6 +149,7 @@ struct CacheSuperblock {
   bool clean() const { return flags & kFlagClean; }
   bool has_btree_root() const { return btree_root_bucket != 0; }
   bool has_warm_state() const { return feature_incompat & kIncompatWarmState; }
+  bool has_fences() const { return feature_incompat & kIncompatFences; }
   // False when a ro_compat feature unknown to this build is set.
   bool writable_by_this_build() const { return (feature_ro_compat & ~kKnownRoCompat) == 0; }
 };

@@ -105,6 +105,21 @@ bool Writeback::Sleep(uint64_t ns) {
 void Writeback::StateTransitions() {
   CachedDevice& d = *dev_;
   if (!d.super_) return;
+  // Fenced: the backing device is someone else's now. Its superblock is
+  // never touched again; the fence goes to the cache superblock, so that
+  // no later start writes this device's dirty data back unasked.
+  if (d.fenced()) {
+    if (fence_recorded_) return;
+    Status st = d.set_->RecordFence(d.super_->Get().uuid);
+    if (st.ok()) {
+      fence_recorded_ = true;
+      UB_ERROR("{}: fence recorded on the cache device: no start writes its {} of dirty data back without "
+               "--after-fence", d.spec(), FormatSize(d.set_->index().DirtyBytes(d.dev_)));
+    } else {
+      UB_ERROR("{}: cannot record the fence on the cache device ({}); retrying", d.spec(), st.ToString());
+    }
+    return;
+  }
   // A failed cache with nothing dirty for this device: detach it, as bcache
   // does — the backing superblock then says it can be used alone.
   if (d.set_->failed() && d.attached() && d.set_->index().DirtyBytes(d.dev_) == 0 &&
@@ -450,7 +465,7 @@ void Writeback::Loop() {
     }
     bool drain = draining_.load() > 0;
     // A failed cache device is not read again: its dirty data stays where it is.
-    bool run = (drain || k.writeback_running.load()) && !dev_->set_->failed();
+    bool run = (drain || k.writeback_running.load()) && !dev_->set_->failed() && !dev_->fenced();
     if (!run || (nothing_last && !drain)) {
       // bcache sleeps writeback_delay after a pass that found nothing; new
       // dirty data or a state change kicks it awake sooner only if asked.
@@ -485,6 +500,11 @@ Status Writeback::Drain(const std::function<void(const std::string&)>& progress)
     bool clean = dirty == 0 && (!dev_->super_ || dev_->super_->state() != BackingState::kDirty);
     if (dev_->set_->failed() && !clean) {
       result = Status::IoError(FormatSize(dirty) + " of dirty data is on a failed cache device");
+      break;
+    }
+    if (dev_->fenced()) {
+      result = Status::Busy(dev_->spec() + " is fenced (" + dev_->fence_reason() + "): " + FormatSize(dirty) +
+                            " of dirty data is not written back");
       break;
     }
     uint64_t now = NowNanos();

@@ -118,6 +118,7 @@ class Writeback {
   uint64_t last_update_ = 0;
   uint64_t backoff_ns_ = 0;
   double integral_ = 0;
+  bool fence_recorded_ = false;
   std::atomic<uint64_t> errors_{0}, written_{0};
   // For RateDebug (written by the thread).
   std::atomic<uint64_t> dbg_dirty_{0}, dbg_target_{0}, dbg_next_io_{0};

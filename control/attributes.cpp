@@ -348,17 +348,26 @@ std::vector<Attribute> BuildTable() {
                    [](Reading& r) { return Value::Int(r.target().device->cache_full_bypasses()); }));
   AddServiceTime(t, bdev, "backing", [](Reading& r) -> const ServiceTime& { return r.target().device->backing_time(); });
   {
-    Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state", "state",
+    Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state; fenced once another client "
+                       "took the backing device over", "state",
                        MetricType::kGauge, [](Reading& r) {
                          const Target& t = r.target();
+                         if (t.device->fenced()) return Value::Text("fenced");
                          if (!t.device->attached()) return Value::Text("no cache");
                          bool dirty = t.super ? t.super->state() == BackingState::kDirty : t.device->dirty_bytes() > 0;
                          return Value::Text(dirty ? "dirty" : "clean");
                        });
     a.enum_label = "state";
-    a.choices = {"no cache", "clean", "dirty"};
+    a.choices = {"no cache", "clean", "dirty", "fenced"};
     t.push_back(std::move(a));
   }
+  t.push_back(Stat("fenced", bdev,
+                   "1 once another client took the backing device over (rbd: lock broken, client blocklisted): "
+                   "every request fails, nothing is written back (doc/ceph.md)",
+                   "fenced", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().device->fenced() ? 1 : 0); }));
+  t.push_back(Stat("fence_reason", bdev, "why the device is fenced (empty: it is not)", "", MetricType::kNone,
+                   [](Reading& r) { return Value::Text(r.target().device->fence_reason()); }));
   t.push_back(Stat("running", bdev, "1 while the export is served", "running", MetricType::kGauge,
                    [](Reading&) { return Value::Int(1); }));
   t.push_back(Stat("size", bdev, "bytes the export serves", "size_bytes", MetricType::kGauge,

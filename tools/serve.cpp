@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -163,6 +164,39 @@ std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet*
   return ctl;
 }
 
+// A backing device fenced in an earlier run (another client took it over,
+// CachedDevice::Fence): what the cache holds for it may be older than what
+// the new owner wrote. Clean copies are dropped; dirty data is dropped or
+// written back only as the operator says (--after-fence); without a word
+// serve refuses to start. The fence is cleared after the drop is durable.
+void ResolveFence(const Args& args, CacheSet& set, const std::string& spec, const Uuid& uuid, uint32_t dev,
+                  uint64_t size, uint64_t since) {
+  uint64_t dirty = set.index().DirtyBytes(dev);
+  std::string choice = args.Has("after-fence") ? args.Get("after-fence") : "";
+  time_t t = static_cast<time_t>(since);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  if (dirty > 0 && choice.empty())
+    Die(2, spec + ": fenced at " + when + " (another client took the device over) with " + FormatSize(dirty) +
+               " of dirty data in the cache, which may be older than what the new owner wrote; start with "
+               "--after-fence discard to drop it (the device's data as it is now wins), or --after-fence "
+               "writeback to write it back over the device");
+  if (dirty == 0 || choice == "discard") {
+    Status st = set.DropDevice(dev, size);
+    if (st.ok()) st = set.Commit();
+    if (!st.ok()) Die(2, spec + ": cannot drop the cached data of a fenced device: " + st.message());
+    UB_WARN("{}: fenced at {}: its cached data is dropped ({} of it dirty){}", spec, when, FormatSize(dirty),
+            dirty ? " as --after-fence discard says" : "");
+  } else {
+    UB_WARN("{}: fenced at {}: its {} of dirty data will be written back over the device, as --after-fence "
+            "writeback says", spec, when, FormatSize(dirty));
+  }
+  Status st = set.ClearFence(uuid);
+  if (!st.ok()) Die(2, spec + ": cannot clear the fence on the cache device: " + st.message());
+}
+
 // --tls and its credentials into `so`; usage errors for what does not fit.
 void TlsFromArgs(const Args& args, NbdServerOptions* so) {
   bool x509 = args.Has("tls-certificates"), psk = args.Has("tls-psk");
@@ -254,6 +288,10 @@ int ServeMain(int argc, char** argv) {
               "control socket for 'ubcache ctl' (default /run/ubcache/EXPORT.sock, with --cache)")
       .Option("metrics-listen", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics")
       .Flag("read-only", "refuse writes (EPERM) and open the device read-only")
+      .Option("after-fence", "WHAT",
+              "for a backing device fenced in an earlier run (another client took it over while its "
+              "cache had dirty data; doc/ceph.md): discard drops that data, writeback writes it back "
+              "over the device. Without it serve refuses such a device")
       .Epilog(std::string(DeviceSpecHelp()) + "\n" + MemoryHelp());
   args.Parse(argc - 1, argv + 1);
   if (!args.positional().empty()) args.UsageError("unexpected argument '" + args.positional()[0] + "'");
@@ -262,6 +300,8 @@ int ServeMain(int argc, char** argv) {
     args.UsageError("--nbd unix:PATH, tcp:HOST:PORT or --ublk is required");
   if (!args.Has("nbd") && (args.Has("tls") || args.Has("tls-certificates") || args.Has("tls-psk")))
     args.UsageError("--tls and its credentials apply to --nbd listeners");
+  if (args.Has("after-fence") && args.Get("after-fence") != "discard" && args.Get("after-fence") != "writeback")
+    args.UsageError("--after-fence: discard or writeback, not '" + args.Get("after-fence") + "'");
   auto threads = ParseUint(args.Get("threads"), 0, 256, "--threads");
   if (!threads.ok()) args.UsageError(threads.status().message());
 
@@ -308,11 +348,13 @@ int ServeMain(int argc, char** argv) {
   std::vector<std::unique_ptr<BlockDevice>> raw_backings;  // under an OffsetDevice
   std::vector<std::unique_ptr<BlockDevice>> backings;
   std::vector<std::unique_ptr<BackingSuper>> supers(backing_specs.size());  // formatted ones
+  std::vector<BlockDevice*> opened;  // each --backing as opened: the one that may be fenced
   std::optional<CacheMode> sb_cache_mode;  // the first formatted backing device's
   for (size_t i = 0; i < backing_specs.size(); i++) {
     const std::string& spec = backing_specs[i];
     auto dev = OpenDevice(spec, opts);
     if (!dev.ok()) Die(2, dev.status().message());
+    opened.push_back(dev->get());
     uint64_t data_offset = 0;
     auto kind = Probe(**dev);
     if (!kind.ok()) Die(2, About(spec, kind.status()));
@@ -409,10 +451,15 @@ int ServeMain(int argc, char** argv) {
           UB_INFO("{}: attached to cache set {}", backing_specs[i], FormatUuid(set->set_uuid()));
         }
       }
-      cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(),
-                                                      set->DeviceNumber(uuid, attached),
-                                                      backings[i].get(),
+      uint32_t dev = set->DeviceNumber(uuid, attached);
+      // Before the device (and its writeback thread) exists.
+      if (auto since = set->persistent() ? set->FencedSince(uuid) : std::nullopt)
+        ResolveFence(args, *set, backing_specs[i], uuid, dev, backings[i]->size(), *since);
+      cached.push_back(std::make_unique<CachedDevice>(backing_specs[i], set.get(), dev, backings[i].get(),
                                                       set->persistent() ? supers[i].get() : nullptr));
+      // Another client took the backing device over: this one stops
+      // serving and writing it back (CachedDevice::Fence).
+      opened[i]->SetFenceHandler([c = cached.back().get()](const std::string& why) { c->Fence(why); });
       if (set->knobs().cache_mode.load() == CacheMode::kWriteback && !cached.back()->can_writeback())
         UB_WARN("{}: writeback needs a formatted cache and backing device (ubcache format); "
                 "writes go writethrough", backing_specs[i]);
@@ -461,6 +508,7 @@ int ServeMain(int argc, char** argv) {
     if (st.ok()) st = ust;
   }
   if (ctl) ctl->Stop();
+  for (BlockDevice* d : opened) d->SetFenceHandler(nullptr);  // before the cached devices go
   for (size_t i = 0; i < cached.size(); i++) LogStats(names[i], *cached[i]);
   for (auto& c : cached) c->StopWriteback();  // dirty data stays dirty, and durable
   if (set) {

@@ -270,6 +270,67 @@ TEST_CASE("cache superblock: each damage is named by the first failed check") {
   }
 }
 
+TEST_CASE("cache superblock: fences round-trip at 216 and 224 under incompat bit 1") {
+  CacheSuperblock in = SampleCache();
+  in.feature_incompat = CacheSuperblock::kIncompatFences;
+  Uuid a{}, b2{};
+  a[0] = 0xaa;
+  b2[15] = 0xbb;
+  in.fences = {{a, 1800000000}, {b2, 1800000123}};
+  Block b = Encode(in);
+  const uint8_t* p = b.data();
+  CHECK(LoadLE64(p + 112) == 2);  // feature_incompat bit 1
+  CHECK(LoadLE32(p + 216) == 2);  // fence count
+  CHECK(p[224] == 0xaa);          // first fence's uuid
+  CHECK(LoadLE64(p + 240) == 1800000000);
+  CHECK(p[248 + 15] == 0xbb);     // second fence's uuid
+  CHECK(LoadLE64(p + 264) == 1800000123);
+  for (size_t i = 272; i < kSuperblockSize; i++) REQUIRE(p[i] == 0);
+  auto out = DecodeCacheSuperblock(b, kDev, 4096);
+  REQUIRE(out.ok());
+  CHECK(out->has_fences());
+  CHECK(out->fences == in.fences);
+  CHECK(Encode(*out) == b);
+  CHECK(CacheSuperblock::kMaxFences == 12);
+}
+
+TEST_CASE("cache superblock: a damaged fence list is named") {
+  auto damaged = [](std::function<void(CacheSuperblock&)> f) {
+    CacheSuperblock sb = SampleCache();
+    sb.feature_incompat = CacheSuperblock::kIncompatFences;
+    Uuid u{};
+    u[3] = 1;
+    sb.fences = {{u, 1}};
+    f(sb);
+    return sb;
+  };
+  SECTION("a fence list without the feature bit is refused before it is written") {
+    CacheSuperblock sb = damaged([](CacheSuperblock& s) { s.feature_incompat = 0; });
+    CHECK(ValidateCacheSuperblock(sb, kDev, 4096).message() == "superblock: fences without the fences feature");
+  }
+  SECTION("the feature bit with no fence") {
+    Block b = Encode(damaged([](CacheSuperblock& s) { s.fences.clear(); }));
+    auto r = DecodeCacheSuperblock(b, kDev, 4096);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message() == "superblock: bad fence count 0 (1 to 12)");
+  }
+  SECTION("a count past the room") {
+    Block b = Encode(damaged([](CacheSuperblock&) {}));
+    StoreLE32(b.data() + 216, 13);
+    StoreLE64(b.data() + 16, 0);
+    StoreLE64(b.data() + 16, Hash64(b.data(), b.size()));
+    auto r = DecodeCacheSuperblock(b, kDev, 4096);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message() == "superblock: bad fence count 13 (1 to 12)");
+  }
+  SECTION("a zero uuid") {
+    Block b = Encode(damaged([](CacheSuperblock& s) { s.fences[0].backing = {}; }));
+    auto r = DecodeCacheSuperblock(b, kDev, 4096);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message() == "superblock: fence for a zero uuid");
+  }
+}
+
 TEST_CASE("cache superblock: block size below the device's logical block size is refused") {
   Block b = Encode(SampleCache());  // 8 KiB blocks
   auto r = DecodeCacheSuperblock(b, kDev, 16384);

@@ -384,5 +384,43 @@ TEST_CASE("moving GC copies live data out of fragmented buckets, dirty data stay
   check();
 }
 
+TEST_CASE("writeback: a fenced device fails every request, writes nothing back, and its fence outlives a crash") {
+  Rig r;
+  r.Write(0, 64 << 10, 1);
+  uint64_t dirty = r.set->index().DirtyBytes(r.dev->dev_index());
+  REQUIRE(dirty == 64 << 10);
+  Uuid uuid = ReadBackingSuperblock(*r.raw_backing).value().uuid;
+  r.dev->Fence("the test took it over");
+  CHECK(r.dev->fenced());
+  CHECK(r.dev->fence_reason() == "the test took it over");
+  AlignedBuffer b(4096);
+  Status st = SyncWrite(*r.dev, 0, 4096, b.data());
+  CHECK(st.code() == Status::Code::kIoError);
+  CHECK_THAT(st.message(), Catch::Contains("fenced"));
+  CHECK_FALSE(SyncRead(*r.dev, 0, 4096, b.data()).ok());
+  CHECK_FALSE(SyncFlush(*r.dev).ok());
+  CHECK_FALSE(r.dev->Detach().ok());
+  // The writeback thread records the fence, and writes nothing back even
+  // when asked to run and to drain.
+  r.set->knobs().writeback_running = true;
+  Status drained = r.dev->writeback()->Drain([](const std::string&) {});
+  CHECK_THAT(drained.message(), Catch::Contains("is fenced"));
+  for (int i = 0; i < 500 && !r.set->FencedSince(uuid); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(r.set->FencedSince(uuid));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(r.set->index().DirtyBytes(r.dev->dev_index()) == dirty);
+  CHECK(r.Read(*r.backing, 0, 64 << 10) == std::vector<uint8_t>(64 << 10, 0));
+  // On the cache device: a crash and a recovery find it, and the dirty data.
+  r.Crash();
+  REQUIRE(r.set->FencedSince(uuid));
+  CHECK(r.set->index().DirtyBytes(r.dev->dev_index()) == dirty);
+  CHECK(r.set->DropDevice(r.dev->dev_index(), r.dev->size()).ok());
+  CHECK(r.set->Commit().ok());
+  CHECK(r.set->ClearFence(uuid).ok());
+  r.Crash();
+  CHECK_FALSE(r.set->FencedSince(uuid));
+  CHECK(r.set->index().DirtyBytes(r.dev->dev_index()) == 0);
+}
+
 }  // namespace
 }  // namespace ubcache
