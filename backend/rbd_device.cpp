@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "util/log.h"
@@ -224,7 +225,22 @@ Result<std::unique_ptr<RbdDevice>> RbdDevice::Open(const std::string& spec, cons
     // librbd does not hand it to another client that asks for it. A
     // second cache on the same image (another host, another client id)
     // would overwrite this one's data, and this one's dirty data theirs.
-    r = rbd_lock_acquire(image, RBD_LOCK_MODE_EXCLUSIVE);
+    // A daemon killed while it held the lock keeps it until the cluster
+    // times its watch out (osd_client_watch_timeout, 30 s); librbd then
+    // breaks it for us. So a held lock is asked for again each second, up
+    // to the timeout, before the open gives up naming the holder.
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(rbd.timeout_s);
+    bool told = false;
+    while ((r = rbd_lock_acquire(image, RBD_LOCK_MODE_EXCLUSIVE)) == -EROFS || r == -EBUSY) {
+      if (std::chrono::steady_clock::now() >= give_up) break;
+      if (!told) {
+        std::string holder = LockHolders(image);
+        UB_WARN("{}: the image's exclusive lock is held{}; waiting up to {} s (a crashed holder's lock is freed "
+                "when the cluster times it out)", spec, holder.empty() ? "" : " by " + holder, rbd.timeout_s);
+        told = true;
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     if (r < 0) {
       std::string holder = LockHolders(image);
       std::string what = r == -EOPNOTSUPP

@@ -16,6 +16,8 @@
 # Clients need only `-c DIR/ceph.conf` (or CEPH_CONF): `rbd -c DIR/ceph.conf
 # create rbd/img --size 64M`; ubcache: `--backing rbd,conf=DIR/ceph.conf:rbd/img`.
 # OSD_MEMSTORE_BYTES (default 1 GiB) caps what the OSD holds in RAM.
+# OSD_WATCH_TIMEOUT (seconds; default Ceph's 30) is how long a killed
+# client's watch, and so its exclusive lock, outlives it.
 set -euo pipefail
 
 die() { echo "cluster.sh: $*" >&2; exit 2; }
@@ -69,6 +71,7 @@ ms bind ipv6 = false
 pid file = $dir/run/\$name.pid
 admin socket = $dir/run/\$name.asok
 [osd]
+osd client watch timeout = ${OSD_WATCH_TIMEOUT:-30}
 pid file = $dir/run/\$name.pid
 admin socket = $dir/run/\$name.asok
 EOF

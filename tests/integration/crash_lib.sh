@@ -66,6 +66,12 @@
 #                       block mix, sector by sector, writes it may hold
 #                       [512 with drop_unflushed, else 4096]
 #   CRASH_SELFTEST=0    skip step 0
+#   CRASH_BACKING       sas: a backing file behind the SAS model [sas];
+#                       rbd: an RBD image on a one-node Ceph cluster that the
+#                       run starts (tests/ceph/cluster.sh, a 5 s watch
+#                       timeout so a killed daemon's lock frees quickly; the
+#                       restarted daemon waits for it), 120's rule and kill
+#                       modes; 152-rbd-crash.sh
 if [[ ${CRASH_KEEP:-0} == 1 ]]; then export UBCACHE_TEST_KEEP=1; fi
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -158,8 +164,20 @@ crash_selftest() {
 
 # ---- devices and the daemon ----
 crash_setup() {
-  format_cache_backing "$CRASH_CACHE_SIZE" "$CRASH_BACKING_SIZE"
-  if ((CRASH_POWERCUT)); then
+  if [[ ${CRASH_BACKING:-sas} == rbd ]]; then
+    ((CRASH_POWERCUT == 0)) || fail "CRASH_BACKING=rbd is a kill -9 harness (a Ceph image has no power to cut)"
+    local ceph=$WORK/ceph conf
+    conf=$(OSD_WATCH_TIMEOUT=5 "$UBCACHE_SRC/tests/ceph/cluster.sh" start "$ceph") || fail "the Ceph cluster did not start"
+    on_exit "'$UBCACHE_SRC/tests/ceph/cluster.sh' stop '$ceph'"
+    rbd -c "$conf" create rbd/crash --size "$CRASH_BACKING_SIZE" || fail "rbd create rbd/crash"
+    CACHE=$WORK/cache.img
+    truncate -s "$CRASH_CACHE_SIZE" "$CACHE"
+    CACHE_SPEC=$CACHE
+    BACKING_SPEC="rbd,conf=$conf:rbd/crash"
+    "$UBCACHE" format --cache "$CACHE" --backing "$BACKING_SPEC" >"$WORK/format.log" 2>&1 ||
+      fail "format --backing $BACKING_SPEC: $(cat "$WORK/format.log")"
+  elif ((CRASH_POWERCUT)); then
+    format_cache_backing "$CRASH_CACHE_SIZE" "$CRASH_BACKING_SIZE"
     # kill -9 drops what the fault layer holds: a power cut of both devices.
     CACHE_SPEC="fault,$CRASH_FAULT,seed=$((CRASH_SEED + 1)):$CACHE"
     BACKING_SPEC="sas:fault,$CRASH_FAULT,seed=$((CRASH_SEED + 2)):$BACKING"
@@ -167,6 +185,7 @@ crash_setup() {
     err=$("$UBCACHE" show-super "$CACHE_SPEC" 2>&1) ||
       fail "this ubcache cannot open '$CACHE_SPEC' (CRASH_FAULT=$CRASH_FAULT; CRASH_FAULT=drop_unflushed=1 tests the harness meanwhile): $err"
   else
+    format_cache_backing "$CRASH_CACHE_SIZE" "$CRASH_BACKING_SIZE"
     CACHE_SPEC=$CACHE
     BACKING_SPEC=sas:$BACKING
   fi
