@@ -666,9 +666,37 @@ def r_tuning(d, plots):
     return out + ([f"![tuning]({p})", ""] if p else [])
 
 
+def r_rbd(d, plots):
+    cfg, rows = d["config"], d["rows"]
+    out = [f"An SSD cache in front of Ceph RBD. Cluster: {cfg['cluster']} — the image alone is RAM over "
+           "loopback, far faster than a real cluster's network and disks, so these ratios understate what a "
+           f"cache gives a real one. fio {cfg['fio']}, {cfg['seconds']} s per run, {cfg['ws_bytes'] >> 20} MiB "
+           f"working set, {cfg['repeat']} repeat(s), {cfg['order']}. image: `ubcache serve --backing rbd:` (no "
+           "cache); cached: `--cache FILE --cache-mode writeback`, the working set warm; rbd bench: "
+           f"`{cfg['rbd_bench']}` (librbd, no NBD). Cells: median [min–max].", ""]
+    trows, bars = [], []
+    for op, r in rows.items():
+        trows.append([f"4 KiB {op} QD32", f"{f0(r['image_iops']['median'])} [{frange(r['image_iops']['range'], f0)}]",
+                      f"{f0(r['cached_iops']['median'])} [{frange(r['cached_iops']['range'], f0)}]",
+                      f"{f0(r['rbd_bench_iops']['median'])} [{frange(r['rbd_bench_iops']['range'], f0)}]",
+                      f"{f2(r['ratio_cached_over_image']['median'])} [{frange(r['ratio_cached_over_image']['range'])}]",
+                      f"{f2(r['ratio_cached_over_rbd_bench']['median'])} "
+                      f"[{frange(r['ratio_cached_over_rbd_bench']['range'])}]",
+                      f"{f0(r['image_p99_us']['median'])} / {f0(r['cached_p99_us']['median'])}"])
+        bars.append((f"{op} cached/image", r["ratio_cached_over_image"]["median"],
+                     r["ratio_cached_over_image"]["range"], None))
+    out += table(["row", "image IOPS", "cached IOPS", "rbd bench IOPS", "cached / image", "cached / rbd bench",
+                  "p99 µs image / cached"], trows)
+    hp = [h for h in d.get("cached_read_hit_pct", []) if h is not None]
+    out += [f"Cached runs' hit ratio (ubcache's counters): {', '.join(f1(h) + ' %' for h in hp) or 'unknown'}. "
+            f"Cached randwrite: {cfg.get('cached_randwrite', '?')}.", ""]
+    p = plots.ratio_bars("rbd", "cached / image alone, IOPS (4 KiB, QD32)", bars)
+    return out + ([f"![rbd]({p})", ""] if p else [])
+
+
 RENDER = {"observability": r_observability, "writeback": r_writeback, "peers": r_peers, "latency": r_latency,
           "fairness": r_fairness, "scaling": r_scaling,
-          "tuning": r_tuning}
+          "tuning": r_tuning, "rbd": r_rbd}
 
 
 def fmt_bytes(n):
