@@ -13,8 +13,9 @@
 #     (writes the dirty data back), and `rbd export` of the image is
 #     byte-identical past data_offset to everything clients wrote;
 #  4. exclusive ownership: while a daemon serves an image, a second serve
-#     with another cephx client id is refused (exit 2) by the name `rbd
-#     status` gives the holder; a read-only probe shares; the first goes on;
+#     with another cephx client id waits up to its timeout= for the lock,
+#     then is refused (exit 2) by the name `rbd status` gives the holder; a
+#     read-only probe shares; the first goes on;
 #  5. an OSD that stops answering (SIGSTOP): with timeout=5, a read fails
 #     with EIO after ~5 s, the daemon lives, and a read waiting when the
 #     OSD comes back within the timeout completes with the right data;
@@ -114,13 +115,18 @@ log "rbd export of the detached image matches what clients wrote ($SIZE bytes pa
 # a read-only open may share; the first daemon goes on serving.
 ceph -c "$CONF" auth get-or-create client.second mon 'profile rbd' osd 'profile rbd pool=rbd' \
   -o "$CEPH/second.keyring" >/dev/null || fail "ceph auth get-or-create client.second"
-SECOND="rbd,conf=$CONF,id=second,keyring=$CEPH/second.keyring,timeout=10:rbd/plain"
+# timeout=4: a held lock is waited for that long (a killed holder's frees
+# once the cluster times its watch out), then refused.
+SECOND="rbd,conf=$CONF,id=second,keyring=$CEPH/second.keyring,timeout=4:rbd/plain"
 start_server --backing "$(spec plain)" --nbd "unix:$SOCK"
 qio "locked: first daemon" "write -q -P 9 0 1M" "flush"
 holder=$(rbdc status rbd/plain | awk '/watcher=/ {for (i = 1; i <= NF; i++) if ($i ~ /^client\./) print $i}' | head -n 1)
 [[ -n $holder ]] || fail "rbd status shows no watcher for the serving daemon: $(rbdc status rbd/plain)"
+t0=$SECONDS
 out=$(timeout 60 "$UBCACHE" serve --backing "$SECOND" --nbd "unix:$WORK/second.sock" 2>&1) && rc=0 || rc=$?
 ((rc == 2)) || fail "a second serve of a locked image exited $rc (want 2): $out"
+((SECONDS - t0 <= 20)) || fail "the second serve took $((SECONDS - t0)) s to be refused (timeout=4)"
+expect_contains "$out" "waiting up to 4 s" "the second serve says it waits for the lock"
 expect_contains "$out" "exclusive lock" "the second serve's refusal"
 expect_contains "$out" "held by $holder" "the refusal names the holder (rbd status: $holder)"
 log "second serve refused: $out"
