@@ -368,6 +368,8 @@ std::vector<Attribute> BuildTable() {
                    [](Reading& r) { return Value::Int(r.target().device->fenced() ? 1 : 0); }));
   t.push_back(Stat("fence_reason", bdev, "why the device is fenced (empty: it is not)", "", MetricType::kNone,
                    [](Reading& r) { return Value::Text(r.target().device->fence_reason()); }));
+  t.push_back(Stat("backing_device", bdev, "the backing device, as serve --backing named it", "", MetricType::kNone,
+                   [](Reading& r) { return Value::Text(r.target().device->spec()); }));
   t.push_back(Stat("running", bdev, "1 while the export is served", "running", MetricType::kGauge,
                    [](Reading&) { return Value::Int(1); }));
   t.push_back(Stat("size", bdev, "bytes the export serves", "size_bytes", MetricType::kGauge,

@@ -137,6 +137,12 @@ bool Controller::RunsLong(const Request& r) {
 
 Result<std::string> Controller::Execute(const Request& r, const Progress& progress) {
   if (r.command == "metrics") return Metrics();
+  if (r.command == "devices") {
+    std::string out;
+    for (const Target& t : targets_)
+      out += r.json ? (out.empty() ? "" : ",") + JsonKey(t.name) : t.name + "\n";
+    return r.json ? "{\"devices\":[" + out + "]}\n" : out;
+  }
   UB_ASSIGN_OR_RETURN(const Target* tp, Find(r.device));
   const Target& t = *tp;
   const bool json = r.json;

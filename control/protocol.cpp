@@ -19,6 +19,7 @@ const std::vector<CommandSpec>& Commands() {
       {"detach", 0, 0, "", "flush, then serve the device without the cache"},
       {"attach", 1, 1, "CACHE", "serve the device through the daemon's cache set again"},
       {"metrics", 0, 0, "", "Prometheus text exposition of every statistic and knob"},
+      {"devices", 0, 0, "", "the daemon's exports, one per line (ubcache status)"},
   };
   return kCommands;
 }

@@ -10,5 +10,6 @@ int ServeMain(int argc, char** argv);
 int FormatMain(int argc, char** argv);
 int ShowSuperMain(int argc, char** argv);
 int CtlMain(int argc, char** argv);
+int StatusMain(int argc, char** argv);
 
 }  // namespace ubcache

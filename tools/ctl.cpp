@@ -2,11 +2,6 @@
 // doc/control.md), its reply on stdout. Exit status: 0 ok, 1 the daemon
 // answered with an error, 2 usage error or no daemon to talk to.
 #include <dirent.h>
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +14,7 @@
 #include "control/protocol.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/ctl_client.h"
 
 namespace ubcache {
 
@@ -87,63 +83,29 @@ int CtlMain(int argc, char** argv) {
   if (!req.device.empty() && !control::IsToken(req.device)) args.UsageError("--device: not a valid export name");
 
   std::string path = args.Has("control") ? args.Get("control") : FindSocket();
-  sockaddr_un a{};
-  if (path.size() >= sizeof a.sun_path) Die(2, "--control " + path + ": path too long");
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.data(), path.size());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) Die(2, std::string("socket: ") + std::strerror(errno));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) < 0) {
-    int err = errno;
-    Die(2, "cannot reach the daemon at " + path + ": " + std::strerror(err) +
-               (err == EACCES ? " (only root and the daemon's user may use it)"
-                              : " (is 'ubcache serve' running? see --control)"));
-  }
-  signal(SIGPIPE, SIG_IGN);
-  std::string line = control::EncodeRequest(req);
-  for (size_t off = 0; off < line.size();) {
-    ssize_t n = send(fd, line.data() + off, line.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    // A daemon that refuses us answers and closes before reading: its
-    // error frame is waiting to be read below.
-    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) break;
-    if (n < 0) Die(2, "sending to " + path + ": " + std::strerror(errno));
-    off += static_cast<size_t>(n);
-  }
   // flush/detach may take as long as writeback does (Ctrl-C stops waiting);
   // anything else answers at once or the daemon is wedged.
   const bool long_running = req.command == "flush" || req.command == "detach";
   const bool tty = isatty(STDERR_FILENO);
-  control::FrameReader reader;
   bool progress_shown = false;
-  for (;;) {
-    auto frame = reader.Pop();
-    if (!frame.ok()) Die(1, path + ": " + frame.status().message());
-    if (*frame) {
-      const control::Frame& f = **frame;
-      if (f.kind == FrameKind::kProgress) {
-        std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", f.body.c_str());
-        progress_shown = true;
-        continue;
-      }
-      if (progress_shown && tty) std::fputc('\n', stderr);
-      if (f.kind == FrameKind::kError) {
-        std::fprintf(stderr, "ubcache ctl: %s\n", f.body.c_str());
-        return 1;
-      }
-      std::fwrite(f.body.data(), 1, f.body.size(), stdout);
-      return 0;
-    }
-    pollfd p{fd, POLLIN, 0};
-    int rc = poll(&p, 1, long_running ? -1 : 30000);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0) Die(1, path + ": no reply within 30 s");
-    char buf[65536];
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) Die(1, path + ": the daemon closed the connection without a reply");
-    reader.Feed(buf, static_cast<size_t>(n));
+  auto reply = CallControl(path, req, long_running ? -1 : 30000, [&](const std::string& line) {
+    std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
+    progress_shown = true;
+  });
+  if (progress_shown && tty) std::fputc('\n', stderr);
+  if (!reply.ok()) {
+    const Status& st = reply.status();
+    bool unreachable = st.message().rfind("cannot reach", 0) == 0 || st.message().find("path too long") != std::string::npos;
+    Die(unreachable ? 2 : 1, st.message() + (unreachable && st.code() != Status::Code::kPermission
+                                                 ? " (is 'ubcache serve' running? see --control)"
+                                                 : ""));
   }
+  if (!reply->ok) {
+    std::fprintf(stderr, "ubcache ctl: %s\n", reply->body.c_str());
+    return 1;
+  }
+  std::fwrite(reply->body.data(), 1, reply->body.size(), stdout);
+  return 0;
 }
 
 }  // namespace ubcache

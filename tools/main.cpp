@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"format", "write a cache or backing superblock (bcache layout for backing)", ubcache::FormatMain},
     {"show-super", "print every field of a cache or backing superblock", ubcache::ShowSuperMain},
     {"ctl", "control a running serve: knobs, statistics, metrics, detach/attach", ubcache::CtlMain},
+    {"status", "every running serve on this machine and its exports, at a glance", ubcache::StatusMain},
     {"probe", "measure a device: random IOPS, sequential MB/s, latency", ubcache::ProbeMain},
 };
 
