@@ -79,6 +79,18 @@ void Superblocks() {
   Put("cache_superblock_fuzz", "warm-resealed", kReseal, b);
   Put("cache_superblock_fuzz", "warm-any-size", kReseal | kTrustIds, b);
 
+  CacheSuperblock fenced = warm;
+  fenced.feature_incompat |= CacheSuperblock::kIncompatFences;
+  for (uint8_t i = 1; i <= 3; i++) {
+    Uuid u{};
+    u[0] = i;
+    u[15] = 0x5a;
+    fenced.fences.push_back({u, 1800000000ull + i});
+  }
+  EncodeCacheSuperblock(fenced, SuperblockBlock(b.data(), kSuperblockSize));
+  Put("cache_superblock_fuzz", "fenced", 0, b);
+  Put("cache_superblock_fuzz", "fenced-resealed", kReseal, b);
+
   for (uint64_t off : {8192ull, 1ull << 20}) {
     BackingFormatOptions bo;
     bo.data_offset = off;
