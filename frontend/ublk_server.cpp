@@ -114,11 +114,22 @@ Status UblkServer::Start() {
                                 UblkFeatureNames(features) + ")");
   UB_INFO("ublk: driver features {:#x} ({})", features, UblkFeatureNames(features));
 
+  if (options_.recover_auto && options_.first_id < 0)
+    return Status::InvalidArgument("ublk: automatic recovery needs the device ids to look for");
   Status st;
   for (size_t i = 0; i < devs_.size() && st.ok(); i++) {
     Dev& d = devs_[i];
     d.id = options_.first_id < 0 ? ~0u : static_cast<uint32_t>(options_.first_id) + static_cast<uint32_t>(i);
-    st = options_.recover ? RecoverOne(d, features) : StartOne(d, features);
+    bool recover = options_.recover;
+    if (options_.recover_auto) {
+      auto info = ctrl_->GetDevInfo(d.id);
+      if (!info.ok() && info.status().code() != Status::Code::kNotFound) {
+        st = info.status();
+        break;
+      }
+      recover = info.ok();
+    }
+    st = recover ? RecoverOne(d, features) : StartOne(d, features);
   }
   if (!st.ok()) {
     [[maybe_unused]] Status ignored = Stop();

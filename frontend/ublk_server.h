@@ -6,7 +6,10 @@
 // START_DEV, which reads the device for its partition scan and so needs the
 // queues already serving), or with `recover` reattaches devices a killed
 // server left behind (START_USER_RECOVERY, queues, END_USER_RECOVERY); the
-// driver reissues the requests the dead server had in flight.
+// driver reissues the requests the dead server had in flight. With
+// `recover_auto` each id is reattached when a device with it exists and
+// added when none does: one command line both starts the devices and takes
+// them over after a crash (what a service manager's restart needs).
 //
 // Stop() is STOP_DEV (the kernel drains the device and aborts our pending
 // fetches), then a flush of every export, then the queue threads end and
@@ -40,6 +43,7 @@ struct UblkExport {
 struct UblkServerOptions {
   int first_id = -1;     // device id of the first export (then +1, ...); -1: any free
   bool recover = false;  // reattach the devices at first_id.. instead of adding
+  bool recover_auto = false;  // reattach those that exist, add the others (needs first_id)
   unsigned queues = 0;   // 0: one per core
   unsigned depth = 128;
   uint32_t max_io_bytes = 512 * 1024;

@@ -1,7 +1,11 @@
 #include "tools/args.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
 
 namespace ubcache {
 
@@ -24,6 +28,7 @@ Args& Args::Flag(const std::string& name, const std::string& help, char short_na
 }
 
 void Args::UsageError(const std::string& msg) const {
+  if (throw_) throw Error{msg};
   std::fprintf(stderr, "ubcache %s: %s\n(see 'ubcache %s --help')\n", command_.c_str(), msg.c_str(),
                command_.c_str());
   std::exit(2);
@@ -97,6 +102,13 @@ void Args::Parse(int argc, char** argv) {
   }
 }
 
+std::vector<std::string> Args::Names() const {
+  std::vector<std::string> names;
+  for (const auto& name : order_)
+    if (Has(name)) names.push_back(name);
+  return names;
+}
+
 bool Args::Has(const std::string& name) const {
   auto it = values_.find(name);
   return it != values_.end() && !it->second.empty();
@@ -113,6 +125,49 @@ std::string Args::Get(const std::string& name) const {
 std::vector<std::string> Args::GetAll(const std::string& name) const {
   auto it = values_.find(name);
   return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+void Args::ParseFile(const std::string& path, const std::vector<std::string>& forbidden) {
+  std::ifstream in(path);
+  if (!in) UsageError(path + ": " + std::strerror(errno));
+  std::set<std::string> from_command_line;
+  for (const auto& [name, vals] : values_)
+    if (!vals.empty()) from_command_line.insert(name);
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); lineno++) {
+    auto where = path + ":" + std::to_string(lineno) + ": ";
+    auto trim = [](std::string t) {
+      size_t b = t.find_first_not_of(" \t\r"), e = t.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+    };
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (line.rfind("--", 0) == 0) line = line.substr(2);
+    size_t cut = line.find_first_of("= \t");
+    std::string name = line.substr(0, cut), value;
+    bool has_value = cut != std::string::npos;
+    if (has_value) {
+      value = trim(line.substr(cut + 1));
+      if (line[cut] != '=' && !value.empty() && value[0] == '=') value = trim(value.substr(1));
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    }
+    auto it = specs_.find(name);
+    if (it == specs_.end()) UsageError(where + "unknown option '" + name + "'");
+    for (const auto& f : forbidden)
+      if (f == name) UsageError(where + "--" + name + " cannot be given in a file");
+    if (from_command_line.count(name)) continue;
+    const Spec& sp = it->second;
+    if (sp.takes_value) {
+      if (!has_value) UsageError(where + name + " needs a value (" + sp.metavar + ")");
+      auto& vals = values_[name];
+      if (!vals.empty() && !sp.repeatable) UsageError(where + name + " given twice");
+      vals.push_back(value);
+    } else {
+      if (has_value && value != "1" && value != "true" && value != "yes")
+        UsageError(where + name + " is a flag: give its name alone");
+      values_[name].push_back("1");
+    }
+  }
 }
 
 }  // namespace ubcache

@@ -28,12 +28,27 @@ class Args {
   // Parses argv (after the subcommand). Prints help and exits 0 on --help;
   // prints one line and exits 2 on a usage error.
   void Parse(int argc, char** argv);
+  // Reads more options from a file, one per line: `name value`,
+  // `name=value` or `--name value`, a flag's name alone; blank lines and
+  // lines starting with `#` are skipped, a value may be in double quotes.
+  // The command line wins: an option it gave keeps its value(s). Exits 2
+  // naming FILE:LINE on an unknown or a `forbidden` option, a missing value
+  // or an option given twice, or naming FILE when it cannot be read.
+  void ParseFile(const std::string& path, const std::vector<std::string>& forbidden = {});
 
   bool Has(const std::string& name) const;
   std::string Get(const std::string& name) const;  // value or default, "" if neither
   std::vector<std::string> GetAll(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // Prints the error and exits 2; throws Args::Error instead after
+  // ThrowOnError() (a running daemon re-reading its options must not exit).
   [[noreturn]] void UsageError(const std::string& msg) const;
+  struct Error {
+    std::string message;
+  };
+  void ThrowOnError() { throw_ = true; }
+  // The options given (on the command line or in a file), in --help order.
+  std::vector<std::string> Names() const;
   std::string Help() const;
 
  private:
@@ -48,6 +63,7 @@ class Args {
   std::map<std::string, Spec> specs_;
   std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> positional_;
+  bool throw_ = false;
 };
 
 // Prints "ubcache: <msg>" to stderr and exits with `code`.

@@ -5,10 +5,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -19,7 +21,9 @@
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
+#include "cache/knobs.h"
 #include "cache/superblock.h"
+#include "control/attributes.h"
 #include "control/control_server.h"
 #include "frontend/nbd_connection.h"
 #include "frontend/nbd_proto.h"
@@ -27,6 +31,7 @@
 #include "frontend/ublk_server.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/service.h"
 #include "util/buffer_pool.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -53,6 +58,12 @@ std::string MemoryHelp() {
 std::string About(const std::string& spec, const Status& st) {
   return st.message().rfind(spec + ": ", 0) == 0 ? st.message() : spec + ": " + st.message();
 }
+
+// The options a running serve can change (a SIGHUP reload), named as the
+// control attributes they set with '_' for '-'; --policy and --set too.
+constexpr const char* kLiveFlags[] = {"cache-mode", "sequential-cutoff", "congested-read-threshold-us",
+                                      "congested-write-threshold-us", "cache-replacement-policy",
+                                      "btree-cache-size"};
 
 // Applies the policy flags (bcache's knob names) to a cache set's knobs.
 void ApplyKnobFlags(const Args& args, CacheKnobs& k) {
@@ -110,10 +121,11 @@ void LogStats(const std::string& name, CachedDevice& dev) {
 
 // The --ublk devices, one per export, started (or with --recover
 // reattached); exits 2 with a one-line error when that fails. Null without
-// --ublk or --recover.
+// --ublk or a numbered --recover.
 std::unique_ptr<UblkServer> StartUblk(const Args& args, const std::vector<NbdExport>& exports,
                                       uint32_t io_opt) {
-  if (!args.Has("ublk") && !args.Has("recover")) return nullptr;
+  bool recover_auto = args.Get("recover") == "auto";
+  if (!args.Has("ublk") && (!args.Has("recover") || recover_auto)) return nullptr;
   UblkServerOptions o;
   auto num = [&](const char* flag, uint64_t max) {
     auto v = ParseUint(args.Get(flag), 0, max, std::string("--") + flag);
@@ -121,7 +133,10 @@ std::unique_ptr<UblkServer> StartUblk(const Args& args, const std::vector<NbdExp
     return *v;
   };
   if (args.Has("ublk-id")) o.first_id = static_cast<int>(num("ublk-id", 1u << 20));
-  if (args.Has("recover")) {
+  if (recover_auto) {
+    if (!args.Has("ublk-id")) args.UsageError("--recover auto needs --ublk-id N: the devices to look for");
+    o.recover_auto = true;
+  } else if (args.Has("recover")) {
     o.first_id = static_cast<int>(num("recover", 1u << 20));
     o.recover = true;
   }
@@ -137,28 +152,19 @@ std::unique_ptr<UblkServer> StartUblk(const Args& args, const std::vector<NbdExp
 }
 
 // The control socket and metrics listener over the cache set's exports
-// (null without a cache). `supers[i]`: export i's formatted backing
-// device's superblock, or null.
+// (null without a cache).
 std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet* set,
-                                                     const std::vector<std::unique_ptr<CachedDevice>>& cached,
-                                                     const std::vector<std::string>& names,
-                                                     const std::vector<BackingSuper*>& supers) {
+                                                     const std::vector<control::Target>& targets) {
   if (!set) {
     if (args.Has("control") || args.Has("metrics-listen"))
       args.UsageError("--control and --metrics-listen need a --cache");
     return nullptr;
   }
   control::ControlServerOptions co;
-  co.socket_path = args.Has("control") ? args.Get("control") : control::DefaultSocketPath(names[0]);
+  co.socket_path = args.Has("control") ? args.Get("control") : control::DefaultSocketPath(targets[0].name);
   co.socket_required = args.Has("control");
   co.metrics_listen = args.Get("metrics-listen");
-  std::vector<BackingSuper*> formatted;
-  for (BackingSuper* s : supers)
-    if (s) formatted.push_back(s);
-  std::vector<control::Target> targets;
-  for (size_t i = 0; i < cached.size(); i++)
-    targets.push_back({names[i], cached[i].get(), set, supers[i], formatted});
-  auto ctl = std::make_unique<control::ControlServer>(co, std::move(targets));
+  auto ctl = std::make_unique<control::ControlServer>(co, targets);
   Status st = ctl->Start();
   if (!st.ok()) Die(2, st.message());
   return ctl;
@@ -227,9 +233,14 @@ void TlsFromArgs(const Args& args, NbdServerOptions* so) {
                : "pre-shared keys from " + args.Get("tls-psk"));
 }
 
-}  // namespace
+std::string ServiceHelp() {
+  return "Under systemd (Type=notify, ubcache@.service): READY=1 once every export is\n"
+         "served, STATUS= with the mode, hit ratio and dirty data every 5 s; SIGHUP\n"
+         "re-reads --config.\n";
+}
 
-int ServeMain(int argc, char** argv) {
+// serve's options; a reload parses the command line and --config again.
+Args ServeArgs() {
   Args args("serve", "--backing SPEC (--nbd unix:PATH|tcp:HOST:PORT | --ublk) [options]",
             "Serves SPEC as an NBD export on every --nbd address and/or, with --ublk, as\n"
             "/dev/ublkbN, until SIGTERM or Ctrl-C; then stops accepting, finishes\n"
@@ -277,8 +288,11 @@ int ServeMain(int argc, char** argv) {
       .Option("queues", "Q", "ublk queues per device, each one thread with its own io_uring "
                              "(0: one per core)", "0")
       .Option("depth", "D", "ublk queue depth", "128")
-      .Option("recover", "N",
-              "reattach the ublk devices N, N+1, ... that a killed server left (implies --ublk)")
+      .Option("recover", "N|auto",
+              "N: reattach the ublk devices N, N+1, ... that a killed server left (implies --ublk); "
+              "auto: with --ublk and --ublk-id, reattach each device that exists and add the others, "
+              "so one command line starts the devices and takes them over after a crash (nothing "
+              "to do without --ublk)")
       .Option("export", "NAME",
               "export name, one per --backing in order (the empty name selects the first)",
               "ubcache", true)
@@ -292,12 +306,152 @@ int ServeMain(int argc, char** argv) {
               "for a backing device fenced in an earlier run (another client took it over while its "
               "cache had dirty data; doc/ceph.md): discard drops that data, writeback writes it back "
               "over the device. Without it serve refuses such a device")
-      .Epilog(std::string(DeviceSpecHelp()) + "\n" + MemoryHelp());
+      .Option("set", "ATTR=VALUE",
+              "set a writable control attribute at start, as `ubcache ctl set` would (e.g. "
+              "writeback_percent=20; `ubcache ctl --list` lists them); needs --cache", std::nullopt, true)
+      .Option("config", "FILE",
+              "read more options from FILE, one per line (`cache-mode writeback`, "
+              "`cache-mode=writeback` or `--cache-mode writeback`, a flag's name alone, # comments); "
+              "the command line wins. SIGHUP re-reads it: changed knobs (cache-mode, "
+              "sequential-cutoff, the congested thresholds, cache-replacement-policy, "
+              "btree-cache-size, policy, set) apply at once, other changes at the next start")
+      .Epilog(std::string(DeviceSpecHelp()) + "\n" + MemoryHelp() + "\n" + ServiceHelp());
+  return args;
+}
+
+// The command line, then --config beneath it. `reload`: throws Args::Error
+// instead of exiting on a usage error.
+Args ParseServeArgs(int argc, char** argv, bool reload = false) {
+  Args args = ServeArgs();
+  if (reload) args.ThrowOnError();
   args.Parse(argc - 1, argv + 1);
+  if (args.Has("config")) args.ParseFile(args.Get("config"), {"config"});
+  return args;
+}
+
+// What the options that can change while serving ask for, as control
+// attributes: --policy first, then the single knobs that refine it, then
+// --set. A reload applies what changed between two of these.
+std::map<std::string, std::string> LiveSettings(const Args& args) {
+  std::map<std::string, std::string> m;
+  if (args.Has("policy")) {
+    bool bcache = args.Get("policy") == "bcache";
+    m["sequential_cutoff"] = bcache ? std::to_string(kBcacheSequentialCutoff) : "auto";
+    m["congested_read_threshold_us"] = bcache ? std::to_string(kBcacheCongestedReadUs) : "auto";
+    m["congested_write_threshold_us"] = bcache ? std::to_string(kBcacheCongestedWriteUs) : "auto";
+  }
+  for (const char* flag : kLiveFlags) {
+    if (!args.Has(flag)) continue;
+    std::string attr = flag;
+    std::replace(attr.begin(), attr.end(), '-', '_');
+    m[attr] = args.Get(flag);
+  }
+  for (const std::string& kv : args.GetAll("set")) {
+    auto eq = kv.find('=');
+    m[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+  }
+  return m;
+}
+
+// Sets `attr` to `value` on every export (an attribute of the cache set is
+// set once per export: the same value, harmless).
+Status SetEverywhere(const std::vector<control::Target>& targets, const std::string& attr,
+                     const std::string& value) {
+  for (const control::Target& t : targets) UB_RETURN_IF_ERROR(control::SetAttribute(t, attr, value));
+  return Status::OK();
+}
+
+// SIGHUP: parses the command line and --config again and applies the live
+// settings that changed since the last reading (`current`, which then
+// becomes the new one); a changed option that only a start reads is
+// reported, not applied. On an error in the file nothing changes.
+void Reload(int argc, char** argv, std::unique_ptr<Args>& current,
+            const std::vector<control::Target>& targets) {
+  std::string file = current->Get("config");
+  if (file.empty()) {
+    UB_INFO("SIGHUP: serve has no --config to re-read; nothing changes");
+    return;
+  }
+  std::unique_ptr<Args> fresh;
+  try {
+    fresh = std::make_unique<Args>(ParseServeArgs(argc, argv, true));
+  } catch (const Args::Error& e) {
+    UB_ERROR("SIGHUP: {}; nothing changes", e.message);
+    return;
+  }
+  for (const std::string& name : fresh->Names()) {
+    bool live = name == "policy" || name == "set" || name == "config" ||
+                std::find(std::begin(kLiveFlags), std::end(kLiveFlags), name) != std::end(kLiveFlags);
+    if (!live && fresh->GetAll(name) != current->GetAll(name))
+      UB_WARN("SIGHUP: {}: --{} changed; it takes effect when serve starts again", file, name);
+  }
+  auto before = LiveSettings(*current), after = LiveSettings(*fresh);
+  std::string applied;
+  for (const auto& [attr, value] : after) {
+    auto old = before.find(attr);
+    if (old != before.end() && old->second == value) continue;
+    if (targets.empty()) {
+      UB_WARN("SIGHUP: {}: {} needs a --cache", file, attr);
+      continue;
+    }
+    Status st = SetEverywhere(targets, attr, value);
+    if (!st.ok()) {
+      UB_ERROR("SIGHUP: {}: {}={}: {}", file, attr, value, st.message());
+      continue;
+    }
+    applied += (applied.empty() ? "" : ", ") + attr + "=" + value;
+  }
+  for (const auto& [attr, value] : before)
+    if (!after.count(attr))
+      UB_WARN("SIGHUP: {}: {} is no longer set; it keeps its value ({}) until serve starts again", file,
+              attr, value);
+  UB_INFO("SIGHUP: re-read {}: {}", file, applied.empty() ? "no knob changed" : "set " + applied);
+  current = std::move(fresh);
+}
+
+// STATUS= for the service manager: "writeback; hit ratio 93% (5 min 97%);
+// dirty 1.2 GiB", and what is wrong first.
+std::string ServiceStatus(const std::vector<std::unique_ptr<CachedDevice>>& cached, CacheSet* set,
+                          size_t exports) {
+  std::string n = std::to_string(exports) + (exports == 1 ? " export" : " exports");
+  if (!set) return n + ", no cache";
+  double hits = 0, misses = 0, hits5 = 0, misses5 = 0;
+  uint64_t dirty = 0;
+  size_t fenced = 0;
+  uint64_t now = NowNanos();
+  for (const auto& c : cached) {
+    StatsGroup t = c->stats().Snapshot(StatsWindow::kTotal, now);
+    StatsGroup f = c->stats().Snapshot(StatsWindow::kFiveMinute, now);
+    hits += t.cache_hits;
+    misses += t.cache_misses;
+    hits5 += f.cache_hits;
+    misses5 += f.cache_misses;
+    dirty += c->dirty_bytes();
+    fenced += c->fenced();
+  }
+  auto ratio = [](double h, double m) {
+    return h + m > 0 ? std::to_string(static_cast<int>(100 * h / (h + m))) + "%" : std::string("-");
+  };
+  std::string s;
+  if (fenced) s += std::to_string(fenced) + " FENCED; ";
+  if (set->failed()) s += "CACHE FAILED; ";
+  return s + n + ", " + CacheModeName(set->knobs().cache_mode.load()) + "; hit ratio " + ratio(hits, misses) +
+         " (5 min " + ratio(hits5, misses5) + "); dirty " + FormatSize(dirty);
+}
+
+}  // namespace
+
+int ServeMain(int argc, char** argv) {
+  const Args args = ParseServeArgs(argc, argv);
   if (!args.positional().empty()) args.UsageError("unexpected argument '" + args.positional()[0] + "'");
   if (!args.Has("backing")) args.UsageError("--backing SPEC is required");
-  if (!args.Has("nbd") && !args.Has("ublk") && !args.Has("recover"))
+  bool recover_n = args.Has("recover") && args.Get("recover") != "auto";
+  if (!args.Has("nbd") && !args.Has("ublk") && !recover_n)
     args.UsageError("--nbd unix:PATH, tcp:HOST:PORT or --ublk is required");
+  if (args.Has("set") && !args.Has("cache")) args.UsageError("--set needs a --cache");
+  for (const std::string& kv : args.GetAll("set"))
+    if (kv.find('=') == std::string::npos || kv.front() == '=')
+      args.UsageError("--set " + kv + ": expected ATTR=VALUE");
   if (!args.Has("nbd") && (args.Has("tls") || args.Has("tls-certificates") || args.Has("tls-psk")))
     args.UsageError("--tls and its credentials apply to --nbd listeners");
   if (args.Has("after-fence") && args.Get("after-fence") != "discard" && args.Get("after-fence") != "writeback")
@@ -322,6 +476,7 @@ int ServeMain(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // the service loop's (tools/service.h)
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   // A block-device daemon must not wait for its own pages: under memory
@@ -483,10 +638,29 @@ int ServeMain(int argc, char** argv) {
     exports.push_back(e);
   }
 
-  std::vector<BackingSuper*> super_ptrs;
-  for (auto& s : supers) super_ptrs.push_back(s.get());
-  std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), cached, names, super_ptrs);
+  // Each export as the control socket, --set and a reload see it.
+  std::vector<control::Target> targets;
+  std::vector<BackingSuper*> formatted;
+  for (auto& s : supers)
+    if (s) formatted.push_back(s.get());
+  for (size_t i = 0; i < cached.size(); i++)
+    targets.push_back({names[i], cached[i].get(), set.get(), supers[i].get(), formatted});
+  for (const std::string& kv : args.GetAll("set")) {
+    auto eq = kv.find('=');
+    Status sst = SetEverywhere(targets, kv.substr(0, eq), kv.substr(eq + 1));
+    if (!sst.ok()) args.UsageError("--set " + kv + ": " + sst.message());
+  }
+  std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), targets);
   std::unique_ptr<UblkServer> ublk = StartUblk(args, exports, io_opt);
+  // READY=1 once every export is served (the NBD listeners below, or the
+  // ublk devices above); SIGHUP re-reads --config.
+  std::unique_ptr<Args> reading = std::make_unique<Args>(args);
+  ServiceLoop service({[&] { return ServiceStatus(cached, set.get(), backings.size()); },
+                       [&] { Reload(argc, argv, reading, targets); }});
+  auto start_service = [&] {
+    Status sst = service.Start();
+    if (!sst.ok()) UB_WARN("{}: no READY=1 for a service manager, no reload on SIGHUP", sst.message());
+  };
   Status st;
   if (args.Has("nbd")) {
     NbdServerOptions so;
@@ -499,10 +673,13 @@ int ServeMain(int argc, char** argv) {
       if (ublk) (void)ublk->Stop();  // no ublk device outlives a failed start
       Die(2, st.message());
     }
+    start_service();
     st = server.Run();
   } else {
+    start_service();
     ublk->WaitForSignal();
   }
+  service.Stop();
   if (ublk) {
     Status ust = ublk->Stop();
     if (st.ok()) st = ust;
