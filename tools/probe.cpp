@@ -130,9 +130,12 @@ int ProbeMain(int argc, char** argv) {
             "Measures 4 KiB random read and write IOPS at queue depth 1 and 32, 1 MiB\n"
             "sequential read and write MB/s, and latency percentiles (p50/p99/max) on\n"
             "any device spec. WARNING: the write tests overwrite data on SPEC; use\n"
-            "--read-only on a device whose contents matter.");
+            "--read-only on a device whose contents matter. Exit status: 0 done, 1 an\n"
+            "I/O error, 2 usage error or a device that cannot be opened.");
   args.Option("seconds", "N", "seconds per workload", "3")
-      .Option("only", "LIST", "comma-separated workloads to run (randread_4k_qd1, ...)")
+      .Option("only", "LIST",
+              "comma-separated workloads to run: randread_4k_qd1, randread_4k_qd32, randwrite_4k_qd1, "
+              "randwrite_4k_qd32, seqread_1m_qd4, seqwrite_1m_qd4")
       .Option("seed", "N", "random seed for offsets", "1")
       .Flag("json", "print JSON instead of a table")
       .Flag("read-only", "skip the write workloads")

@@ -249,16 +249,21 @@ Args ServeArgs() {
             "  nbdinfo 'nbd+unix:///?socket=PATH'\n"
             "  nbd-client -unix PATH /dev/nbd0\n"
             "  qemu-io -f raw 'nbd+unix:///?socket=PATH'\n"
-            "  nbdfuse DIR/disk --unix PATH");
+            "  nbdfuse DIR/disk --unix PATH\n"
+            "Exit status: 0 stopped cleanly, 1 an error while serving (or stopped while\n"
+            "fenced), 2 usage error or a device or listener that cannot be set up.");
   args.Option("backing", "SPEC", "the device to serve (repeatable with --cache)", std::nullopt, true)
       .Option("cache", "SPEC", "a cache device to put in front of every backing device")
       .Option("backing-scheduler", "S",
               "order of requests at each backing device: deadline (reads first, writes "
               "batched, one request at a time), none, or auto (deadline on a modelled spindle)",
               "auto")
-      .Option("bucket-size", "SIZE", "cache bucket size", "512k")
+      .Option("bucket-size", "SIZE", "bucket size of an unformatted cache (a formatted one keeps its own)",
+              "512k")
       .Option("btree-cache-size", "SIZE", "memory for index nodes", "64M")
-      .Option("cache-mode", "MODE", "writethrough, writeback, writearound, none", "writethrough")
+      .Option("cache-mode", "MODE",
+              "writethrough, writeback, writearound, none for this run (default: the mode the first "
+              "formatted backing device records, `ctl set cache_mode` persists it; else writethrough)")
       .Option("policy", "P",
               "auto: the adaptive defaults below; bcache: bcache's fixed ones (sequential cutoff 4M, "
               "congested thresholds 2000 and 20000 us), for comparison", "auto")
@@ -300,7 +305,7 @@ Args ServeArgs() {
       .Option("threads", "N", "reactor threads, each with its own io_uring (0: one per core)", "0")
       .Option("control", "PATH",
               "control socket for 'ubcache ctl' (default /run/ubcache/EXPORT.sock, with --cache)")
-      .Option("metrics-listen", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics")
+      .Option("metrics-listen", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics (with --cache)")
       .Flag("read-only", "refuse writes (EPERM) and open the device read-only")
       .Option("after-fence", "WHAT",
               "for a backing device fenced in an earlier run (another client took it over while its "
