@@ -191,6 +191,13 @@ Result<std::unique_ptr<RbdDevice>> RbdDevice::Open(const std::string& spec, cons
   for (const char* key : {"client_mount_timeout", "rados_mon_op_timeout", "rados_osd_op_timeout"}) {
     if ((r = rados_conf_set(cluster, key, t.c_str())) < 0) return fail(RadosError(spec, key, r));
   }
+  // A write to an object the image has not allocated yet first marks it in
+  // the object map; when that update times out librbd would spend a second
+  // timeout marking the whole map invalid before failing the write. The
+  // write never reached the object, so the map is still right: fail it at
+  // timeout= (the bound the spec promises).
+  if ((r = rados_conf_set(cluster, "rbd_invalidate_object_map_on_timeout", "false")) < 0)
+    return fail(RadosError(spec, "rbd_invalidate_object_map_on_timeout", r));
   // ubcache is the cache: librbd's own writeback cache off, so a write is
   // on the OSDs when it completes and a flush has nothing of its own to do.
   if ((r = rados_conf_set(cluster, "rbd_cache", "false")) < 0) return fail(RadosError(spec, "rbd_cache", r));
