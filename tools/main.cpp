@@ -8,8 +8,10 @@
 #include "tools/commands.h"
 #include "util/log.h"
 
+// The version is the CMake project's (project(ubcache VERSION ...)),
+// passed by tools/CMakeLists.txt; debian/changelog carries the same.
 #ifndef UBCACHE_VERSION
-#define UBCACHE_VERSION "0.0.0"
+#error "UBCACHE_VERSION is not defined: tools/CMakeLists.txt passes the project's VERSION"
 #endif
 
 namespace {
