@@ -13,6 +13,42 @@ namespace ubcache {
 
 namespace {
 
+// Per-request objects that are begun and ended on one reactor thread
+// (completions run where they were submitted): each thread recycles its own,
+// so the hit path does not malloc.
+template <typename T>
+class Recycled {
+ public:
+  static T* New() {
+    auto& pool = Pool();
+    if (pool.empty()) return new T();
+    T* op = pool.back();
+    pool.pop_back();
+    return op;
+  }
+  static void Recycle(T* op) {
+    auto& pool = Pool();
+    if (pool.size() >= kKeep) {
+      delete op;
+      return;
+    }
+    *op = T();
+    pool.push_back(op);
+  }
+
+ private:
+  static constexpr size_t kKeep = 1024;
+  struct Owned : std::vector<T*> {
+    ~Owned() {
+      for (T* op : *this) delete op;
+    }
+  };
+  static Owned& Pool() {
+    thread_local Owned pool;
+    return pool;
+  }
+};
+
 uint32_t BlockSizeFor(BlockDevice* backing, BlockDevice* cache) {
   return std::max({uint32_t{4096}, backing->logical_block_size(), cache->logical_block_size()});
 }
@@ -32,39 +68,21 @@ struct CachedDevice::ReadOp {
   bool prefetch = false;  // counted as a readahead, not a hit or miss
   bool all_hit = true;
   uint64_t since = 0;
+  // When a client read entered (DoSubmit's clock reading), for RequestStats;
+  // 0: not recorded here (a prefetch step, or a read whose done records it).
+  uint64_t start_ns = 0;
   int pending = 1;  // pieces in flight, plus one until all are issued
   Status status;
+};
 
-  // A read is begun and ended on one reactor thread (completions run where
-  // they were submitted), so each thread recycles its own ops: no malloc per
-  // request on the hit path.
-  static ReadOp* New() {
-    auto& pool = Pool();
-    if (pool.empty()) return new ReadOp();
-    ReadOp* op = pool.back();
-    pool.pop_back();
-    return op;
-  }
-  static void Recycle(ReadOp* op) {
-    auto& pool = Pool();
-    if (pool.size() >= 1024) {
-      delete op;
-      return;
-    }
-    *op = ReadOp();
-    pool.push_back(op);
-  }
-
- private:
-  struct OwnedPool : std::vector<ReadOp*> {
-    ~OwnedPool() {
-      for (ReadOp* op : *this) delete op;
-    }
-  };
-  static OwnedPool& Pool() {
-    thread_local OwnedPool pool;
-    return pool;
-  }
+// A client request in flight, for RequestStats: its completion passes through
+// here, which records what it was, how long it took and whether it failed.
+struct CachedDevice::Timed {
+  CachedDevice* d = nullptr;
+  RequestStats::Op op = RequestStats::kRead;
+  uint64_t len = 0;
+  uint64_t start_ns = 0;
+  IoDone done;
 };
 
 CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
@@ -193,8 +211,43 @@ Status FencedError(const std::string& spec, IoOp op) {
 }
 }  // namespace
 
-void CachedDevice::DoSubmit(const IoRequest& req, IoDone done) {
-  last_request_ns_.store(NowNanos(), std::memory_order_relaxed);
+// RequestStats counts IoOps under their own numbers.
+static_assert(RequestStats::kRead == static_cast<int>(IoOp::kRead) &&
+              RequestStats::kWrite == static_cast<int>(IoOp::kWrite) &&
+              RequestStats::kFlush == static_cast<int>(IoOp::kFlush) &&
+              RequestStats::kDiscard == static_cast<int>(IoOp::kDiscard) &&
+              RequestStats::kWriteZeroes == static_cast<int>(IoOp::kWriteZeroes));
+
+IoDone CachedDevice::Timing(RequestStats::Op op, uint64_t len, uint64_t start_ns, IoDone done) {
+  Timed* t = Recycled<Timed>::New();
+  t->d = this;
+  t->op = op;
+  t->len = len;
+  t->start_ns = start_ns;
+  t->done = std::move(done);
+  return [t](Status st) {
+    // Recorded by the completing thread, into its own shard: the one that
+    // submitted, as completions run where they were submitted.
+    t->d->requests_.Record(Reactor::Current()->id(), t->op, t->len, NowNanos() - t->start_ns, st.ok());
+    IoDone client = std::move(t->done);
+    Recycled<Timed>::Recycle(t);
+    client(std::move(st));
+  };
+}
+
+void CachedDevice::DoSubmit(const IoRequest& req, IoDone client) {
+  // One clock reading for the writeback thread's idle test and the latency.
+  const uint64_t now = NowNanos();
+  last_request_ns_.store(now, std::memory_order_relaxed);
+  // The hot path, a read through the cache, records itself when its last
+  // piece completes (PieceDone), with the clock reading that piece's
+  // completion took anyway: no wrapper, no second reading. Any other
+  // request is recorded by a wrapper of its completion.
+  if (req.op == IoOp::kRead && !fenced() && attached()) {
+    DoRead(req, std::move(client), false, now);
+    return;
+  }
+  IoDone done = Timing(static_cast<RequestStats::Op>(req.op), req.len, now, std::move(client));
   if (fenced()) {
     CompleteLater(std::move(done), FencedError(spec_, req.op));
     return;
@@ -214,9 +267,14 @@ void CachedDevice::DoSubmit(const IoRequest& req, IoDone done) {
 
 // ---- reads ----
 
-void CachedDevice::PieceDone(ReadOp* op, Status st) {
+void CachedDevice::PieceDone(ReadOp* op, Status st, uint64_t now_ns) {
   if (!st.ok() && op->status.ok()) op->status = std::move(st);
   if (--op->pending > 0) return;
+  if (op->start_ns) {
+    if (now_ns == 0) now_ns = NowNanos();
+    requests_.Record(Reactor::Current()->id(), RequestStats::kRead, op->req.len, now_ns - op->start_ns,
+                     op->status.ok());
+  }
   if (op->status.ok() && op->prefetch) {
     stats_.CountReadahead();
   } else if (op->status.ok()) {
@@ -228,7 +286,7 @@ void CachedDevice::PieceDone(ReadOp* op, Status st) {
   }
   IoDone done = std::move(op->done);
   Status result = std::move(op->status);
-  ReadOp::Recycle(op);
+  Recycled<ReadOp>::Recycle(op);
   done(std::move(result));
 }
 
@@ -243,11 +301,12 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
     if (st.ok()) backing_time_.Observe(ServiceTime::Op::kRead, len, now - t0, now);
     // Fill after the client has its data: copy now, the buffer is theirs.
     if (st.ok() && fill) Fill(start, len, dst, op->since);
-    PieceDone(op, std::move(st));
+    PieceDone(op, std::move(st), fill ? 0 : now);  // the client waited for the fill's copy too
   });
 }
 
-void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
+void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone client) {
+  IoDone done = Timing(RequestStats::kCache, len, NowNanos(), std::move(client));
   if (fenced()) {
     CompleteLater(std::move(done), FencedError(spec_, IoOp::kRead));
     return;
@@ -284,8 +343,9 @@ void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone done) {
   (new Prefetch{this, offset, offset + len, std::move(done), buf, cap})->Step();
 }
 
-void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
+void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch, uint64_t start_ns) {
   if (set_->failed()) {
+    if (start_ns) done = Timing(RequestStats::kRead, req.len, start_ns, std::move(done));
     // A failed cache: the backing device has everything but the dirty
     // ranges, whose only copy is on the failed device — those answer EIO,
     // never the backing device's stale data.
@@ -299,11 +359,12 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
     backing_->Submit(req, std::move(done));
     return;
   }
-  ReadOp* op = ReadOp::New();
+  ReadOp* op = Recycled<ReadOp>::New();
   op->d = this;
   op->req = req;
   op->done = std::move(done);
   op->prefetch = prefetch;
+  op->start_ns = start_ns;
   op->bypass = prefetch ? set_->knobs().cache_mode.load(std::memory_order_relaxed) == CacheMode::kNone
                         : ShouldBypass(req, false, &op->around_cache);
   // The sequence is taken before the lookup: any write from here on makes a
@@ -366,7 +427,7 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
         if (!st.ok()) set_->CountIoError(st);
         if (!st.ok() && ex.dirty) {
           UB_WARN("{}: cache read of dirty data failed: {}", spec_, st.ToString());
-          PieceDone(op, std::move(st));
+          PieceDone(op, std::move(st), now);
           return;
         }
         // Only cache read errors are recoverable: fall back to the backing
@@ -378,7 +439,7 @@ void CachedDevice::DoRead(const IoRequest& req, IoDone done, bool prefetch) {
           PieceDone(op, Status::OK());
           return;
         }
-        PieceDone(op, Status::OK());
+        PieceDone(op, Status::OK(), now);
       });
     }
     cursor = e.end();

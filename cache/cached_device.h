@@ -56,6 +56,7 @@
 #include "cache/admission.h"
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
+#include "cache/request_stats.h"
 #include "cache/writeback.h"
 #include "cache/sequential_detector.h"
 #include "cache/stats.h"
@@ -82,6 +83,8 @@ class CachedDevice final : public BlockDevice {
   uint32_t dev_index() const { return dev_; }
 
   CacheStats& stats() { return stats_; }
+  // Every client request by operation: counts, errors, bytes, latency.
+  const RequestStats& requests() const { return requests_; }
   // Requests ShouldBypass sent around the cache, by reason: a run at least
   // sequential_cutoff long, or one at least the congestion cutoff long.
   uint64_t sequential_bypasses() const { return sequential_bypasses_.load(std::memory_order_relaxed); }
@@ -117,6 +120,7 @@ class CachedDevice final : public BlockDevice {
   friend class Writeback;
   struct ReadOp;
   struct WriteOp;
+  struct Timed;
   struct Waiter {
     uint64_t start, end;  // the range it waits for (writeback ranges)
     bool take;            // then holds it as a foreground range (BeginForeground)
@@ -131,9 +135,14 @@ class CachedDevice final : public BlockDevice {
   // the cache device is expected to be slower than the backing device for
   // this request, so even its clean hits are better read from the backing.
   bool ShouldBypass(const IoRequest& req, bool write, bool* around_cache = nullptr);
+  // `done`, wrapped so that its call records the request in requests_
+  // (`start_ns`: when it entered, on the NowNanos() clock).
+  IoDone Timing(RequestStats::Op op, uint64_t len, uint64_t start_ns, IoDone done);
   // sequential_cutoff auto: whether a stream's request is cached anyway.
   bool AdmitStream(const IoRequest& req, uint64_t now_ns);
-  void DoRead(const IoRequest& req, IoDone done, bool prefetch = false);
+  // `start_ns`: a client read's entry, to record it in requests_ when it
+  // completes; 0 for a prefetch step, or when `done` records it.
+  void DoRead(const IoRequest& req, IoDone done, bool prefetch = false, uint64_t start_ns = 0);
   // `dropped_clean`: an earlier pass of this write (one that waited for the
   // backing superblock) already invalidated clean extents of the range.
   // `dirty_refused`: this write waited for the backing superblock to be
@@ -183,7 +192,9 @@ class CachedDevice final : public BlockDevice {
   // the range has not changed since `since`.
   void Fill(uint64_t start, uint64_t len, const uint8_t* data, uint64_t since);
   void ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool was_hit);
-  void PieceDone(ReadOp* op, Status st);
+  // `now_ns`: a clock reading the caller took at the piece's completion
+  // (0: none; read here if this was the last piece).
+  void PieceDone(ReadOp* op, Status st, uint64_t now_ns = 0);
   // Invalidates this device's whole range, a bounded step at a time so no
   // index shard is held for long.
   Status DropExtents();
@@ -192,6 +203,7 @@ class CachedDevice final : public BlockDevice {
   uint32_t dev_;
   BlockDevice* backing_;
   CacheStats stats_;
+  RequestStats requests_;
   std::atomic<uint64_t> sequential_bypasses_{0};
   std::atomic<uint64_t> congested_bypasses_{0};
   std::atomic<uint64_t> auto_congested_bypasses_{0};

@@ -3,11 +3,18 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 
 #include "cache/superblock.h"
 #include "util/clock.h"
 #include "util/size.h"
+
+// The project's VERSION (top-level CMakeLists.txt), passed by
+// control/CMakeLists.txt as tools/CMakeLists.txt passes it to `ubcache --version`.
+#ifndef UBCACHE_VERSION
+#error "UBCACHE_VERSION is not defined: control/CMakeLists.txt passes the project's VERSION"
+#endif
 
 namespace ubcache::control {
 
@@ -41,12 +48,25 @@ const StatsGroup& Reading::stats(StatsWindow w) {
   return *s;
 }
 
+const RequestStats::Totals& Reading::requests() {
+  if (!requests_) requests_ = t_.device->requests().Read();
+  return *requests_;
+}
+
 const BucketAllocator::PriorityStats& Reading::priority() {
   if (!prio_) prio_ = t_.set->buckets().priority_stats();
   return *prio_;
 }
 
 namespace {
+
+// When this process started (wall clock, unix seconds): taken as the
+// process starts, before main(), not when the table is first used.
+const uint64_t kStartTimeSeconds = [] {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec);
+}();
 
 std::string FormatReal(double v) {
   if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
@@ -273,6 +293,39 @@ void AddServiceTime(std::vector<Attribute>& table, Group g, const std::string& w
   }
 }
 
+// Every client request of the export, by operation (cache/request_stats.h),
+// counted as it is answered: requests/read … as ubcache_requests_total{op=…},
+// failed ones, and the bytes of reads and writes. Their latency histogram
+// (ubcache_request_duration_seconds) is not an attribute: see
+// AppendRequestHistogram in metrics.cpp.
+void AddRequests(std::vector<Attribute>& table, Group g) {
+  struct Counter {
+    const char* prefix;  // requests/read …
+    const char* help;
+    const char* metric;
+    uint64_t RequestStats::OpTotals::*member;
+    bool data_only;  // reads and writes only
+  };
+  static const Counter kCounters[] = {
+      {"requests/", "client requests of this operation answered since start, failed ones included "
+                    "(cache: NBD_CMD_CACHE prefetches)", "requests_total", &RequestStats::OpTotals::requests, false},
+      {"request_errors/", "client requests of this operation answered with an error since start",
+       "request_errors_total", &RequestStats::OpTotals::errors, false},
+      {"request_bytes/", "bytes of the successful client requests of this operation since start",
+       "request_bytes_total", &RequestStats::OpTotals::bytes, true},
+  };
+  for (const Counter& c : kCounters) {
+    for (int i = 0; i < RequestStats::kOps; i++) {
+      const auto op = static_cast<RequestStats::Op>(i);
+      if (c.data_only && op != RequestStats::kRead && op != RequestStats::kWrite) continue;
+      Attribute a = Stat(c.prefix + std::string(RequestStats::OpName(op)), g, c.help, c.metric, MetricType::kCounter,
+                         [op, m = c.member](Reading& r) { return Value::Int(r.requests()[op].*m); });
+      a.labels = std::string("op=\"") + RequestStats::OpName(op) + "\"";
+      table.push_back(std::move(a));
+    }
+  }
+}
+
 std::vector<Attribute> BuildTable() {
   std::vector<Attribute> t;
   constexpr uint64_t kUint = std::numeric_limits<uint32_t>::max();
@@ -374,6 +427,7 @@ std::vector<Attribute> BuildTable() {
                    [](Reading&) { return Value::Int(1); }));
   t.push_back(Stat("size", bdev, "bytes the export serves", "size_bytes", MetricType::kGauge,
                    [](Reading& r) { return Value::Int(r.target().device->size()); }));
+  AddRequests(t, bdev);
 
   // ---- cache set (bcache: /sys/fs/bcache/<uuid>/) ----
   t.push_back(AutoKnob("congested_read_threshold_us", cset,
@@ -433,6 +487,17 @@ std::vector<Attribute> BuildTable() {
                    }));
   t.push_back(Stat("cache_device", cset, "the cache device", "", MetricType::kNone,
                    [](Reading& r) { return Value::Text(r.target().set->cache_dev()->spec()); }));
+  {
+    // The daemon's, shown once as the cache set's: one set per daemon.
+    Attribute a = Stat("version", cset, "the ubcache version the daemon runs", "build_info", MetricType::kGauge,
+                       [](Reading&) { return Value::Text(UBCACHE_VERSION); });
+    a.enum_label = "version";
+    a.choices = {UBCACHE_VERSION};
+    t.push_back(std::move(a));
+  }
+  t.push_back(Stat("start_time", cset, "when the daemon started, unix seconds: a change is a restart",
+                   "start_time_seconds", MetricType::kGauge,
+                   [](Reading&) { return Value::Int(kStartTimeSeconds); }));
 
   // ---- cache device (bcache: /sys/block/<ssd>/bcache/) ----
   t.push_back(EnumKnob(

@@ -3,11 +3,14 @@
 // named and grouped as bcache's sysfs names them (backing device, cache set,
 // cache device, stats_total / stats_five_minute / stats_hour / stats_day,
 // internal). `ctl show`, `get`, `set`, `metrics` and doc/control.md all
-// derive from Attributes(); nothing else lists them.
+// derive from Attributes(); nothing else lists them, but for the one
+// metric that is not an attribute, the request latency histogram (metrics.h
+// says why).
 //
 // Reading an attribute takes no lock that the I/O path takes: knobs are
-// atomics, statistics are folded from atomic counters (CacheStats), bucket
-// usage and priority quantiles come from BucketAllocator's atomic histogram.
+// atomics, statistics are folded from atomic counters (CacheStats) or summed
+// from per-reactor shards (RequestStats), bucket usage and priority
+// quantiles come from BucketAllocator's atomic histogram.
 //
 // Thread safety: the table is immutable after its first use (built once,
 // thread-safely). Getters may run on any thread; setters change atomics and,
@@ -27,6 +30,7 @@
 #include "cache/bucket_allocator.h"
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
+#include "cache/request_stats.h"
 #include "cache/stats.h"
 #include "util/status.h"
 
@@ -72,11 +76,14 @@ class Reading {
   const Target& target() const { return t_; }
   const StatsGroup& stats(StatsWindow w);
   const BucketAllocator::PriorityStats& priority();
+  // The export's request counts and latency histogram, summed once.
+  const RequestStats::Totals& requests();
 
  private:
   const Target& t_;
   uint64_t now_ns_;
   std::array<std::optional<StatsGroup>, 4> stats_;
+  std::optional<RequestStats::Totals> requests_;
   std::optional<BucketAllocator::PriorityStats> prio_;
 };
 

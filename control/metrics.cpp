@@ -136,6 +136,57 @@ void AppendSamples(std::string& out, const Family& f, const Attribute& a, const 
   }
 }
 
+// ubcache_request_duration_seconds{device,op}: a histogram per export and
+// operation of the time from a request's entry into CachedDevice to its
+// completion callback. The one metric that is not an attribute: an
+// attribute is one value (`ctl get` prints it, a text or list value expands
+// to samples by one label), while a histogram is 21 series per operation
+// whose meaning is in their rates over a window (histogram_quantile over
+// rate(…_bucket[5m])) — a since-start distribution in `ctl show` would say
+// little about now. What ctl can usefully show, the count of requests (the
+// histogram's _count), is the attribute requests/<op>; both come from the
+// same Reading, so one scrape's _count and ubcache_requests_total agree.
+void AppendRequestHistogram(std::string& out, const std::vector<Target>& targets,
+                            const std::vector<std::unique_ptr<Reading>>& readings) {
+  static const std::string kName = "ubcache_request_duration_seconds";
+  out += "# HELP " + kName +
+         " time from a client request's arrival at the cache to its answer, by operation\n"
+         "# TYPE " + kName + " histogram\n";
+  for (size_t i = 0; i < targets.size(); i++) {
+    const RequestStats::Totals& totals = readings[i]->requests();
+    for (int k = 0; k < RequestStats::kOps; k++) {
+      const RequestStats::OpTotals& o = totals[k];
+      auto labels = [&](const char* suffix) {
+        out += kName;
+        out += suffix;
+        out += "{device=\"";
+        AppendEscaped(out, targets[i].name);
+        out += "\",op=\"";
+        out += RequestStats::OpName(static_cast<RequestStats::Op>(k));
+        out += '"';
+      };
+      uint64_t cumulative = 0;
+      for (int b = 0; b < RequestStats::kBuckets; b++) {
+        cumulative += o.buckets[b];
+        labels("_bucket");
+        out += ",le=\"";
+        out += RequestStats::BucketLabel(b);
+        out += "\"} ";
+        AppendNumber(out, static_cast<double>(cumulative));
+        out += '\n';
+      }
+      labels("_sum");
+      out += "} ";
+      AppendNumber(out, static_cast<double>(o.sum_ns) / 1e9);
+      out += '\n';
+      labels("_count");
+      out += "} ";
+      AppendNumber(out, static_cast<double>(o.requests));
+      out += '\n';
+    }
+  }
+}
+
 }  // namespace
 
 std::string RenderMetrics(const std::vector<Target>& targets) {
@@ -143,7 +194,7 @@ std::string RenderMetrics(const std::vector<Target>& targets) {
   std::vector<std::unique_ptr<Reading>> readings;
   for (const Target& t : targets) readings.push_back(std::make_unique<Reading>(t));
   std::string out;
-  out.reserve(16384 * targets.size());
+  out.reserve(32768 * targets.size());  // ~29 KB for one export, the histogram a third of it
   for (const Family& f : Families()) {
     out += f.header;
     for (const Attribute* a : f.attributes) {
@@ -154,6 +205,7 @@ std::string RenderMetrics(const std::vector<Target>& targets) {
       }
     }
   }
+  AppendRequestHistogram(out, targets, readings);
   return out;
 }
 

@@ -3,7 +3,9 @@
 // backing-device and stats groups, without a device label for the cache
 // set's. The names follow node_exporter's bcache collector where it has the
 // same idea (cache_hits_total, bypassed_bytes_total, dirty_data_bytes,
-// priority_stats_unused_percent, ...); doc/control.md lists them.
+// priority_stats_unused_percent, ...); doc/control.md lists them. Then one
+// family that is not an attribute, ubcache_request_duration_seconds{device,
+// op}: each export's request latency histogram (metrics.cpp says why).
 //
 // Thread safety: reads only lock-free state (see attributes.h); any thread.
 #pragma once

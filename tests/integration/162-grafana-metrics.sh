@@ -4,6 +4,10 @@
 #  - a writeback daemon (formatted cache and backing) serves /metrics after
 #    writes, hits and misses; the text is valid Prometheus (prom_check.py)
 #    and `ctl metrics` has the same families;
+#  - the request counters and latency histogram count that I/O (requests
+#    and bytes by operation, no errors, _count = requests_total, a
+#    plausible mean), build_info has this binary's version and start_time
+#    this daemon's start;
 #  - grafana_check.py: the dashboard is valid JSON and a Grafana dashboard;
 #    every panel has a datasource (the ${DS_PROMETHEUS} variable) and a
 #    target; every expression parses as PromQL and every metric it (or a
@@ -13,8 +17,9 @@
 #    matcher value matches an exposed series; rate() only of counters;
 #  - the checker can fail: copies of the dashboard with a renamed metric, a
 #    label the metric lacks, a value no series has, rate() of a gauge,
-#    vectors joined on different labels, a panel without datasource or
-#    target, broken JSON — each reported by name;
+#    vectors joined on different labels, histogram_quantile() without le,
+#    a panel without datasource or target, broken JSON — each reported by
+#    name;
 #  - a real Prometheus (Debian's package, from scripts/install-deps)
 #    scrapes the daemon every second and runs every expression (variables
 #    replaced as Grafana does): none may fail or come back empty.
@@ -26,6 +31,7 @@ CHECK=$INTEGRATION_DIR/grafana_check.py
 
 format_cache_backing 128M 256M
 PORT=$(free_tcp_port)
+STARTED_AT=$(date +%s)
 start_server --cache "$CACHE" --backing "$BACKING" --cache-mode writeback --nbd "unix:$SOCK" \
   --control "$CTL_SOCK" --metrics-listen "127.0.0.1:$PORT"
 # Dirty data (writeback), hits (reads of what was written), misses (reads of
@@ -42,6 +48,52 @@ diff <(grep '^# TYPE' "$WORK/metrics.txt") <(grep '^# TYPE' "$WORK/ctl-metrics.t
 grep -qE '^ubcache_cache_hits_total\{device="ubcache"\} [1-9]' "$WORK/metrics.txt" || fail "no cache hit counted"
 grep -qE '^ubcache_cache_misses_total\{device="ubcache"\} [1-9]' "$WORK/metrics.txt" || fail "no cache miss counted"
 grep -qE '^ubcache_dirty_data_bytes\{device="ubcache"\} [1-9]' "$WORK/metrics.txt" || fail "no dirty data"
+# The request counters and the latency histogram count that I/O: at least
+# the requests and bytes qemu-io sent (it may add reads and a flush of its
+# own), none failed; each histogram's _count is ubcache_requests_total of
+# the same scrape (prom_check.py above checked that the buckets rise to
+# +Inf = _count); build_info names this binary's version; start_time is
+# this daemon's start.
+version=$("$UBCACHE" --version | awk '{print $2}')
+out=$(python3 - "$WORK/metrics.txt" "$version" "$STARTED_AT" "$(date +%s)" 2>&1 <<'EOF'
+import re, sys
+text, version, started, now = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def value(name, **labels):
+    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    m = re.search(rf"^{re.escape(name)}{re.escape('{' + sel + '}') if sel else ''} (\S+)$", text, re.M)
+    if not m:
+        sys.exit(f"no sample {name}{{{sel}}}")
+    return float(m[1])
+MiB = 1 << 20
+# qio above: writes of 4M and 64k; reads of 4M twice, 8M and 64k; a flush.
+want = {"write": (2, 4 * MiB + 64 * 1024), "read": (4, 16 * MiB + 64 * 1024), "flush": (1, None)}
+for op, (n, nbytes) in want.items():
+    got = value("ubcache_requests_total", device="ubcache", op=op)
+    if got < n:
+        sys.exit(f"ubcache_requests_total{{op={op}}} {got:g}: qemu-io sent at least {n}")
+    if nbytes is not None and value("ubcache_request_bytes_total", device="ubcache", op=op) < nbytes:
+        sys.exit(f"ubcache_request_bytes_total{{op={op}}} under the {nbytes} bytes qemu-io moved")
+for op in ("read", "write", "flush", "discard", "write_zeroes", "cache"):
+    n = value("ubcache_requests_total", device="ubcache", op=op)
+    count = value("ubcache_request_duration_seconds_count", device="ubcache", op=op)
+    total = value("ubcache_request_duration_seconds_sum", device="ubcache", op=op)
+    if count != n:
+        sys.exit(f"op {op}: histogram _count {count:g} != ubcache_requests_total {n:g}")
+    if value("ubcache_request_errors_total", device="ubcache", op=op) != 0:
+        sys.exit(f"op {op}: errors counted, but no request failed")
+    if n and not 0 < total / n < 10:
+        sys.exit(f"op {op}: mean latency {total / n:g} s (_sum / _count) is not plausible")
+if value("ubcache_build_info", version=version) != 1:
+    sys.exit(f"ubcache_build_info{{version={version}}} is not 1")
+start = value("ubcache_start_time_seconds")
+if not started - 1 <= start <= now:
+    sys.exit(f"ubcache_start_time_seconds {start:g}: the daemon started between {started} and {now}")
+print(f"requests: read {value('ubcache_requests_total', device='ubcache', op='read'):g}, "
+      f"write {value('ubcache_requests_total', device='ubcache', op='write'):g}, "
+      f"flush {value('ubcache_requests_total', device='ubcache', op='flush'):g}; version {version}")
+EOF
+) || fail "request metrics: $out"
+log "$out"
 
 # ---- the dashboard against the exposition ----
 out=$(python3 "$CHECK" "$DASH" "$WORK/metrics.txt" 2>&1) ||
@@ -90,6 +142,9 @@ mutate join 'sub("+ on (instance) ubcache_cache_failed", "+ ubcache_cache_failed
 caught join "between vectors with different labels"
 mutate legend 'panels[0]["targets"][0]["legendFormat"] = "{{instance}} {{export}}"'
 caught legend "uses {{export}}, not a label of the result"
+mutate nole 'sub("sum by (instance, device, op, le) (rate(ubcache_request_duration_seconds_bucket",
+                 "sum by (instance, device, op) (rate(ubcache_request_duration_seconds_bucket")'
+caught nole "histogram_quantile() of a vector without an 'le' label"
 mutate nodatasource 'del panels[1]["datasource"]'
 caught nodatasource "no datasource"
 mutate notarget 'panels[2]["targets"] = []'
@@ -100,7 +155,7 @@ mutate variable 'panels[3]["targets"][0]["expr"] = "ubcache_running{device=~\"$e
 caught variable 'undefined variable $export'
 head -c 2000 "$DASH" >"$WORK/mut.json.json"
 caught json "not valid JSON"
-log "the checker caught all 11 broken copies"
+log "the checker caught all 12 broken copies"
 
 # ---- a real Prometheus runs every expression ----
 command -v prometheus >/dev/null || fail "prometheus is missing (scripts/install-deps installs it)"

@@ -2,6 +2,7 @@
 #include "control/controller.h"
 
 #include <catch2/catch.hpp>
+#include <ctime>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -106,11 +107,11 @@ TEST_CASE("metrics are valid Prometheus text with one TYPE per family") {
   auto out = Run(c, "ubcache-ctl/1 metrics");
   REQUIRE(out.ok());
   const std::regex help(R"(# HELP (ubcache_[a-z_]+) [^\n]*)");
-  const std::regex type(R"(# TYPE (ubcache_[a-z_]+) (gauge|counter))");
+  const std::regex type(R"(# TYPE (ubcache_[a-z_]+) (gauge|counter|histogram))");
   const std::regex sample(
       R"((ubcache_[a-z_]+)(\{[a-z_]+="[^"\\\n]*"(,[a-z_]+="[^"\\\n]*")*\})? (-?[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?|NaN|[-+]Inf))");
   std::istringstream in(*out);
-  std::string line, family;
+  std::string line, family, family_type;
   std::set<std::string> typed;
   int samples = 0;
   while (std::getline(in, line)) {
@@ -120,16 +121,67 @@ TEST_CASE("metrics are valid Prometheus text with one TYPE per family") {
     if (std::regex_match(line, m, type)) {
       CHECK(typed.insert(m[1]).second);
       family = m[1];
+      family_type = m[2];
       continue;
     }
     REQUIRE(std::regex_match(line, m, sample));
-    CHECK(m[1] == family);
+    if (family_type == "histogram")
+      CHECK((m[1] == family + "_bucket" || m[1] == family + "_sum" || m[1] == family + "_count"));
+    else
+      CHECK(m[1] == family);
     samples++;
   }
   CHECK(samples > 50);
   CHECK(typed.count("ubcache_cache_hits_total"));
   CHECK(typed.count("ubcache_priority_stats_unused_percent"));
   CHECK(out->find("ubcache_cache_mode{device=\"disk\",mode=\"writethrough\"} 1\n") != std::string::npos);
+}
+
+TEST_CASE("after I/O the request counters, the latency histogram and ctl get agree") {
+  ControlRig rig;
+  Controller c({rig.target});
+  ReadTwice(rig, 1 << 20);  // two 64 KiB reads
+  AlignedBuffer b(4096);
+  REQUIRE(SyncWrite(*rig.dev, 0, b.size(), b.data()).ok());
+  CHECK(Out(c, "ubcache-ctl/1 get requests/read") == "2\n");
+  CHECK(Out(c, "ubcache-ctl/1 get request_bytes/read") == "131072\n");
+  CHECK(Out(c, "ubcache-ctl/1 get requests/write") == "1\n");
+  CHECK(Out(c, "ubcache-ctl/1 get request_errors/write") == "0\n");
+  CHECK(Out(c, "ubcache-ctl/1 get requests/flush") == "0\n");
+  const std::string out = Out(c, "ubcache-ctl/1 metrics");
+  for (const char* line : {"ubcache_requests_total{device=\"disk\",op=\"read\"} 2\n",
+                           "ubcache_request_bytes_total{device=\"disk\",op=\"write\"} 4096\n",
+                           "ubcache_request_errors_total{device=\"disk\",op=\"read\"} 0\n",
+                           "ubcache_request_duration_seconds_count{device=\"disk\",op=\"read\"} 2\n",
+                           "ubcache_request_duration_seconds_bucket{device=\"disk\",op=\"read\",le=\"+Inf\"} 2\n",
+                           "ubcache_request_duration_seconds_count{device=\"disk\",op=\"cache\"} 0\n",
+                           "# TYPE ubcache_request_duration_seconds histogram\n"}) {
+    INFO(line);
+    CHECK(out.find(line) != std::string::npos);
+  }
+  // The read buckets: every bound in order, counts cumulative.
+  const std::regex bucket(
+      R"re(ubcache_request_duration_seconds_bucket\{device="disk",op="read",le="([^"]+)"\} (\d+))re");
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), bucket); it != std::sregex_iterator(); ++it) {
+    bounds.push_back(std::stod((*it)[1]));
+    counts.push_back(std::stoull((*it)[2]));
+  }
+  REQUIRE(bounds.size() == RequestStats::kBuckets);
+  for (size_t i = 1; i < bounds.size(); i++) {
+    CHECK(bounds[i] > bounds[i - 1]);
+    CHECK(counts[i] >= counts[i - 1]);
+  }
+  // The daemon's version and start, once, without a device label.
+  std::smatch m;
+  CHECK(std::regex_search(out, m, std::regex(R"(\nubcache_build_info\{version="\d+\.\d+\.\d+[^"]*"\} 1\n)")));
+  REQUIRE(std::regex_search(out, m, std::regex(R"(\nubcache_start_time_seconds (\d+)\n)")));
+  const auto now = static_cast<uint64_t>(std::time(nullptr));
+  const uint64_t start = std::stoull(m[1]);
+  CHECK(start <= now);
+  CHECK(start + 3600 > now);  // this test process started within the hour
+  CHECK(Out(c, "ubcache-ctl/1 get start_time") == std::to_string(start) + "\n");
 }
 
 TEST_CASE("detach serves from the backing device and marks the superblock detached, attach undoes it") {
