@@ -262,9 +262,9 @@ Args ServeArgs() {
               "512k")
       .Option("btree-cache-size", "SIZE", "memory for index nodes", "64M")
       .Option("cache-mode", "MODE",
-              "writethrough, writeback, writearound, none for this run; without it, the mode the "
-              "first formatted backing device records (`ctl set cache_mode` persists it), else "
-              "writethrough")
+              "writethrough, writeback, writearound or none; without it, the mode the first formatted "
+              "backing device records (`ctl set cache_mode` persists it), else writethrough; the flag "
+              "holds for this run")
       .Option("policy", "P",
               "auto: the adaptive defaults below; bcache: bcache's fixed ones (sequential cutoff 4M, "
               "congested thresholds 2000 and 20000 us), for comparison", "auto")
