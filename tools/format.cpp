@@ -433,6 +433,12 @@ void PrintCache(const CacheSuperblock& sb, bool json) {
   }
   f.Num("bucket_table_offset", sb.bucket_table_offset);
   f.Num("bucket_table_len", sb.bucket_table_len);
+  // Backing devices another client took over (CachedDevice::Fence): the
+  // next serve refuses their dirty data without --after-fence.
+  std::string fences;
+  for (const CacheSuperblock::Fence& fence : sb.fences)
+    fences += (fences.empty() ? "" : " ") + FormatUuid(fence.backing) + "@" + TimeString(fence.since);
+  f.Str("fences", fences.empty() ? "none" : fences);
   f.Num("created", sb.created);
   f.Str("created_utc", TimeString(sb.created));
   f.Print(json);

@@ -136,6 +136,10 @@ image_holds "after the fenced daemon stopped" 0 $M 7
 image_holds "after the fenced daemon stopped" $M $((3 * M)) 0
 
 # ---- 3. the restart: refused, then --after-fence discard ----
+# The fence is in the cache superblock, as show-super prints it.
+fences=$("$UBCACHE" show-super "$CACHE" | sed -n 's/^fences //p')
+buuid=$("$UBCACHE" show-super "$IMG" | sed -n 's/^uuid //p')
+[[ -n $buuid && $fences =~ ^$buuid@[0-9T:-]+Z$ ]] || fail "show-super: fences '$fences', want $buuid@TIME"
 expect_refused "restart after the fence"
 expect_contains "$out" "fenced at" "the refusal"
 expect_contains "$out" "4 MiB of dirty data" "the refusal names the dirty data"
@@ -153,6 +157,7 @@ until [[ $(ctl get state) == clean ]]; do
 done
 qio "after discard: writeback works again" "write -q -P 8 $((2 * M)) 64k" "read -q -P 8 $((2 * M)) 64k"
 stop_server
+[[ $("$UBCACHE" show-super "$CACHE" | sed -n 's/^fences //p') == none ]] || fail "the fence stayed after the discard"
 serve_cached
 qio "a start after the discard needs no word" "read -q -P 7 0 1M" "read -q -P 8 $((2 * M)) 64k"
 stop_server
