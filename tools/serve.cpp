@@ -96,7 +96,7 @@ void ApplyKnobFlags(const Args& args, CacheKnobs& k) {
       knob = kAutoThresholdUs;
       return;
     }
-    auto v = ParseUint(args.Get(flag), 0, 60'000'000, std::string("--") + flag);
+    auto v = ParseUint(args.Get(flag), 0, kAutoThresholdUs - 1, std::string("--") + flag);  // as ctl set
     if (!v.ok()) fail(v.status());
     knob = static_cast<uint32_t>(*v);
   };
