@@ -252,12 +252,10 @@ void CachedDevice::DoSubmit(const IoRequest& req, IoDone client) {
     CompleteLater(std::move(done), FencedError(spec_, req.op));
     return;
   }
-  if (!attached() && req.op == IoOp::kRead) {
-    backing_->Submit(req, std::move(done));  // detached: the index is not ours to read
-    return;
-  }
   switch (req.op) {
-    case IoOp::kRead: DoRead(req, std::move(done)); return;
+    // A read here is detached (the hot path above took the rest): the index
+    // is not ours to read.
+    case IoOp::kRead: backing_->Submit(req, std::move(done)); return;
     case IoOp::kWrite: DoWrite(req, std::move(done)); return;
     case IoOp::kFlush: DoFlush(std::move(done)); return;
     case IoOp::kDiscard:
