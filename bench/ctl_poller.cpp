@@ -5,6 +5,12 @@
 // send) to its final frame. Prints one JSON object: count, errors, rate,
 // p50_ms, p99_ms, max_ms.
 //
+// --alternate S polls only in the even S-second periods of the wall clock
+// (floor(unix time / S) even) and is silent in the odd ones, so that one
+// long benchmark run measures both sides, second by second, under the same
+// drifting load; its log is matched to the periods by unix time (fio's
+// log_unix_epoch). rate then counts the polling periods' time only.
+//
 // It is compiled so that the poller's own CPU time — on a 2-CPU machine it
 // competes with fio and the daemon — stays a small part of what the stall
 // benchmark measures (a Python poller spent ~600 us of CPU per query), and
@@ -31,10 +37,18 @@ namespace {
 
 volatile sig_atomic_t g_stop = 0;
 
+// Wall-clock seconds: --alternate's periods are unix time, which the
+// benchmark's own log (fio's log_unix_epoch) also records.
 double NowSeconds() {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+void SleepUntil(double t) {
+  timespec ts{static_cast<time_t>(t), static_cast<long>((t - static_cast<double>(static_cast<time_t>(t))) * 1e9)};
+  while (!g_stop && clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
 }
 
 int Connect(const std::string& path) {
@@ -85,7 +99,7 @@ bool Query(int fd, const std::string& req, std::string& buf) {
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: ctl_poller SOCKET [--rate 100] [--seconds N] [--commands priority-stats,stats,metrics] "
-               "[--connect-each]\n");
+               "[--connect-each] [--alternate S]\n");
   std::exit(2);
 }
 
@@ -94,7 +108,7 @@ bool Query(int fd, const std::string& req, std::string& buf) {
 int main(int argc, char** argv) {
   if (argc < 2) Usage();
   std::string path = argv[1];
-  double rate = 100, seconds = 0;
+  double rate = 100, seconds = 0, alternate = 0;
   bool connect_each = false;
   std::string commands = "priority-stats,stats,metrics";
   for (int i = 2; i < argc; i++) {
@@ -105,13 +119,15 @@ int main(int argc, char** argv) {
       rate = std::atof(argv[++i]);
     } else if (i + 1 < argc && a == "--seconds") {
       seconds = std::atof(argv[++i]);
+    } else if (i + 1 < argc && a == "--alternate") {
+      alternate = std::atof(argv[++i]);
     } else if (i + 1 < argc && a == "--commands") {
       commands = argv[++i];
     } else {
       Usage();
     }
   }
-  if (rate <= 0) Usage();
+  if (rate <= 0 || alternate < 0) Usage();
   std::vector<std::string> reqs;
   for (size_t pos = 0; pos <= commands.size();) {
     size_t comma = std::min(commands.find(',', pos), commands.size());
@@ -132,7 +148,20 @@ int main(int argc, char** argv) {
   std::string buf;
   int fd = -1;
   const double period = 1.0 / rate, start = NowSeconds();
-  for (size_t n = 0; !g_stop && (seconds <= 0 || NowSeconds() - start < seconds);) {
+  double sched = start, polled = 0;  // this polling stretch's start; time polled before it
+  size_t k = 0;                      // queries since sched
+  for (size_t n = 0; !g_stop && (seconds <= 0 || NowSeconds() - start < seconds); n++) {
+    if (alternate > 0) {
+      double now = NowSeconds();
+      auto p = static_cast<long long>(now / alternate);
+      if (p % 2 != 0) {  // a silent period: sleep to the next polling one
+        polled += std::max(0.0, static_cast<double>(p) * alternate - sched);
+        sched = static_cast<double>(p + 1) * alternate;
+        k = 0;
+        SleepUntil(sched);
+        continue;
+      }
+    }
     double t0 = NowSeconds();
     if (fd < 0) fd = Connect(path);
     bool ok = fd >= 0 && Query(fd, reqs[n % reqs.size()], buf);
@@ -142,14 +171,10 @@ int main(int argc, char** argv) {
       close(fd);
       fd = -1;
     }
-    n++;
     // Fixed schedule: a slow query does not slow the rate down.
-    double due = start + static_cast<double>(n) * period;
-    timespec ts{static_cast<time_t>(due), static_cast<long>((due - static_cast<double>(static_cast<time_t>(due))) * 1e9)};
-    while (!g_stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-    }
+    SleepUntil(sched + static_cast<double>(++k) * period);
   }
-  double elapsed = NowSeconds() - start;
+  double elapsed = alternate > 0 ? polled + std::max(0.0, NowSeconds() - sched) : NowSeconds() - start;
   std::sort(lat.begin(), lat.end());
   auto pct = [&](double p) {
     return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * static_cast<double>(lat.size())))];

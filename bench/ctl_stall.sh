@@ -5,8 +5,17 @@
 #
 # A sparse cache file of CACHE_SIZE with BUCKET buckets (default 64 GiB of
 # 64 KiB: 1M buckets), a working set WS warmed into it (sequential cutoff 0),
-# then fio 4 KiB randread QD32 through NBD (fio's nbd engine) for RUNTIME
-# seconds (5), REPEAT (12) times without and with ctl_poller
+# then fio 4 KiB randread QD32 through NBD (fio's nbd engine), measured two
+# ways:
+#   - alternating (the verdict): one fio run of ALT_SECONDS (120) with
+#     ctl_poller --alternate 1 polling in the even wall-clock seconds only,
+#     fio logging IOPS every 100 ms in unix time; each polled second is
+#     compared with the mean of the unpolled seconds on either side (a
+#     linear drift of the machine's load cancels), samples within 200 ms
+#     after a switch left out. Ratio: median and mean of those per-second
+#     ratios with the mean's 95 % confidence interval;
+#   - runs (for reference): RUNTIME seconds (5), REPEAT (12) times without
+#     and with ctl_poller
 # (bench/ctl_poller.cpp, built next to ubcache as build/bench/ctl_poller)
 # querying priority-stats, stats and metrics RATE times a second over the
 # control socket (order swapped each repeat: many short alternating runs,
@@ -18,8 +27,8 @@
 # control thread's CPU time per request; target: every query < 5 ms). Prints one JSON
 # object on stdout.
 #
-# Options are environment variables: CACHE_SIZE BUCKET WS RUNTIME REPEAT
-# RATE DIR UBCACHE POLLER, POLL_COMMANDS (default priority-stats,stats,metrics) and
+# Options are environment variables: CACHE_SIZE BUCKET WS ALT_SECONDS
+# RUNTIME REPEAT RATE DIR UBCACHE POLLER, POLL_COMMANDS (default priority-stats,stats,metrics) and
 # POLL_ARGS (e.g. --connect-each: a new connection per query, as ctl does). Benchmarks are not tests: exit status is non-zero only
 # when a tool fails.
 set -euo pipefail
@@ -29,6 +38,7 @@ CACHE_SIZE=${CACHE_SIZE:-64G}
 BUCKET=${BUCKET:-64k}
 WS=${WS:-1G}
 RUNTIME=${RUNTIME:-5}
+ALT_SECONDS=${ALT_SECONDS:-120}
 REPEAT=${REPEAT:-12}
 RATE=${RATE:-100}
 POLL_ARGS=${POLL_ARGS:-}
@@ -77,6 +87,17 @@ run() {
     "$DIR/fio.$tag.json"
 }
 
+# The alternating run: the poller polls in even unix seconds; fio logs IOPS
+# every 100 ms stamped with unix time, matched to the seconds afterwards.
+echo "ctl_stall: one run of $ALT_SECONDS s, polling in every other second" >&2
+"$POLLER" "$CTL" --rate "$RATE" --alternate 1 ${POLL_COMMANDS:+--commands "$POLL_COMMANDS"} $POLL_ARGS \
+  >"$DIR/poll.alternate.json" &
+ppid=$!
+fio --name=rr --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size="$WS" \
+  --time_based --runtime="$ALT_SECONDS" --randrepeat=0 --write_iops_log="$DIR/alt" --log_avg_msec=100 \
+  --log_unix_epoch=1 --output-format=json --output="$DIR/fio.alternate.json" >/dev/null
+kill -TERM "$ppid"; wait "$ppid"
+
 without=() with=()
 for r in $(seq "$REPEAT"); do
   if ((r % 2)); then
@@ -91,8 +112,38 @@ hits=$(grep -o 'cache_hit_ratio [0-9]*%' "$DIR/server.log" | tail -1)
 timing=$(grep -o 'control: .* requests answered.*' "$DIR/server.log" | tail -1)
 slow=$(grep -c "control: '.*' took" "$DIR/server.log" || true)
 python3 - "$DIR" "$nbuckets" "$hits" "${without[*]}" "${with[*]}" "$timing" "$slow" <<'PY'
-import glob, json, re, statistics, sys
+import glob, json, math, re, statistics, sys
 d, nbuckets, hits, wo, wi, timing, slow = sys.argv[1:]
+
+def alternating(log):
+    # fio's iops log: "unix ms, IOPS over the 100 ms before it, ...". A sample
+    # belongs to the second its window lies in; the first two after a switch
+    # (the poller starting or stopping) are left out.
+    per = {}
+    for line in open(log):
+        f = line.split(",")
+        if len(f) < 2:
+            continue
+        t, v = int(f[0]), float(f[1])
+        s, into = divmod(t - 100, 1000)  # the window's start
+        if into < 200:
+            continue
+        per.setdefault(s, []).append(v)
+    sec = {s: statistics.mean(v) for s, v in per.items() if len(v) >= 5}
+    ratios = [sec[s] / ((sec[s - 1] + sec[s + 1]) / 2) for s in sorted(sec)
+              if s % 2 == 0 and s - 1 in sec and s + 1 in sec and sec[s - 1] + sec[s + 1] > 0]
+    on = [v for s, v in sec.items() if s % 2 == 0]
+    off = [v for s, v in sec.items() if s % 2 == 1]
+    if len(ratios) < 3:
+        sys.exit(f"alternating run: only {len(ratios)} polled seconds with unpolled neighbours in {log}")
+    mean = statistics.mean(ratios)
+    half = 1.96 * statistics.stdev(ratios) / math.sqrt(len(ratios))
+    return {"seconds_polled": len(on), "seconds_unpolled": len(off), "pairs": len(ratios),
+            "iops_polled": round(statistics.mean(on)), "iops_unpolled": round(statistics.mean(off)),
+            "ratio_median": round(statistics.median(ratios), 4), "ratio_mean": round(mean, 4),
+            "ratio_ci95": [round(mean - half, 4), round(mean + half, 4)],
+            "ratio_min": round(min(ratios), 4), "ratio_max": round(max(ratios), 4)}
+
 m = re.search(r"(\d+) requests answered in wall p50 <= (\d+) us, p99 <= (\d+) us, max (\d+) us; thread cpu (\d+) us \((\d+) us per request\)", timing)
 if not m:
     sys.exit(f"no control timing line in the server log: {timing!r}")
@@ -101,6 +152,7 @@ wi = [float(x) for x in wi.split()]
 polls = [json.load(open(p)) for p in sorted(glob.glob(d + "/poll.*.json"))]
 out = {
     "buckets": int(nbuckets), "hits": hits,
+    "alternate": alternating(glob.glob(d + "/alt_iops*.log")[0]),
     "iops_without": [round(x) for x in wo], "iops_with": [round(x) for x in wi],
     "ratio": round(sum(wi) / sum(wo), 4),
     "ratio_median": round(statistics.median(b / a for a, b in zip(wo, wi)), 4),
