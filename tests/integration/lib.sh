@@ -308,6 +308,11 @@ for job in doc["jobs"]:
         print(f"  job {job['jobname']}: err={job['error']} read={job['read']['io_bytes']} "
               f"write={job['write']['io_bytes']}", file=sys.stderr)
         bad = True
+ops = {d: sum(j[d]["total_ios"] for j in doc["jobs"]) for d in ("read", "write")}
+mib = {d: sum(j[d]["io_bytes"] for j in doc["jobs"]) >> 20 for d in ("read", "write")}
+errs = sum(j["error"] for j in doc["jobs"])
+print(f"  {sys.argv[2]}: {len(doc['jobs'])} jobs, {ops['read']} reads ({mib['read']} MiB), "
+      f"{ops['write']} writes ({mib['write']} MiB), {errs} errors", file=sys.stderr)
 sys.exit(1 if bad else 0)
 EOF
   grep -qi 'verify.*fail\|bad magic\|crc32c.*mismatch\|bad header' "$WORK/fio.stderr" &&
