@@ -73,15 +73,27 @@ fio --name=warm --ioengine=nbd --uri="$URI" --rw=read --bs=1M --iodepth=4 --size
 # Cache writes of the warm-up finish after the reads are answered.
 sleep 1
 
+# poller TAG ARGS... — ctl_poller in the background (pid in $ppid), its JSON
+# in poll.TAG.json.
+poller() {
+  local tag=$1; shift
+  "$POLLER" "$CTL" --rate "$RATE" ${POLL_COMMANDS:+--commands "$POLL_COMMANDS"} $POLL_ARGS "$@" >"$DIR/poll.$tag.json" &
+  ppid=$!
+}
+
+# randread TAG SECONDS ARGS... — fio 4 KiB randread QD32 over the working
+# set, its JSON in fio.TAG.json.
+randread() {
+  local tag=$1 secs=$2; shift 2
+  fio --name=rr --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size="$WS" \
+    --time_based --runtime="$secs" --randrepeat=0 "$@" --output-format=json --output="$DIR/fio.$tag.json" >/dev/null
+}
+
 # run TAG POLL — one fio randread; prints IOPS; with POLL=1 the poller runs alongside.
 run() {
   local tag=$1 poll=$2 ppid=""
-  if [[ $poll == 1 ]]; then
-    "$POLLER" "$CTL" --rate "$RATE" ${POLL_COMMANDS:+--commands "$POLL_COMMANDS"} $POLL_ARGS >"$DIR/poll.$tag.json" &
-    ppid=$!
-  fi
-  fio --name=rr --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size="$WS" \
-    --time_based --runtime="$RUNTIME" --randrepeat=0 --output-format=json --output="$DIR/fio.$tag.json" >/dev/null
+  [[ $poll == 1 ]] && poller "$tag"
+  randread "$tag" "$RUNTIME"
   if [[ -n $ppid ]]; then kill -TERM "$ppid"; wait "$ppid"; fi
   python3 -c 'import json,sys; t=open(sys.argv[1]).read(); print(json.loads(t[t.index("{"):])["jobs"][0]["read"]["iops"])' \
     "$DIR/fio.$tag.json"
@@ -90,12 +102,8 @@ run() {
 # The alternating run: the poller polls in even unix seconds; fio logs IOPS
 # every 100 ms stamped with unix time, matched to the seconds afterwards.
 echo "ctl_stall: one run of $ALT_SECONDS s, polling in every other second" >&2
-"$POLLER" "$CTL" --rate "$RATE" --alternate 1 ${POLL_COMMANDS:+--commands "$POLL_COMMANDS"} $POLL_ARGS \
-  >"$DIR/poll.alternate.json" &
-ppid=$!
-fio --name=rr --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size="$WS" \
-  --time_based --runtime="$ALT_SECONDS" --randrepeat=0 --write_iops_log="$DIR/alt" --log_avg_msec=100 \
-  --log_unix_epoch=1 --output-format=json --output="$DIR/fio.alternate.json" >/dev/null
+poller alternate --alternate 1
+randread alternate "$ALT_SECONDS" --write_iops_log="$DIR/alt" --log_avg_msec=100 --log_unix_epoch=1
 kill -TERM "$ppid"; wait "$ppid"
 
 without=() with=()
