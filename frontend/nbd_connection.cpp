@@ -193,7 +193,7 @@ void NbdConnection::OnTlsRecv(size_t len) {
     }
     if (*step == TlsSession::Step::kAgain) return;
     std::string who = tls_->peer();
-    UB_DEBUG("nbd: {}: TLS established{}{}", peer_, who.empty() ? "" : " with ", who);
+    UB_DEBUG("nbd: {}: TLS established{}{}: {}", peer_, who.empty() ? "" : " with ", who, tls_->description());
     handshake_.TlsStarted();
   }
   Process();

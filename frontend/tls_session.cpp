@@ -227,6 +227,13 @@ Status TlsSession::Write(const void* data, size_t len) {
   return Status::OK();
 }
 
+std::string TlsSession::description() const {
+  char* d = gnutls_session_get_desc(static_cast<gnutls_session_t>(session_));
+  std::string out = d ? d : "";
+  gnutls_free(d);
+  return out;
+}
+
 void TlsSession::Bye() { gnutls_bye(static_cast<gnutls_session_t>(session_), GNUTLS_SHUT_WR); }
 
 std::string TlsSession::peer() const {

@@ -94,6 +94,9 @@ class TlsSession {
   // The peer's identity after the handshake: the PSK identity, or the
   // client certificate's distinguished name; empty when none.
   std::string peer() const;
+  // What the handshake chose, as GnuTLS describes it:
+  // "(TLS1.3)-(ECDHE-SECP256R1)-(RSA-PSS-RSAE-SHA256)-(AES-256-GCM)".
+  std::string description() const;
 
  private:
   friend struct TlsTransport;  // the GnuTLS push/pull functions
