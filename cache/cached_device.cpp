@@ -494,13 +494,27 @@ bool CachedDevice::ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bo
   // use (dirty or metadata).
   CacheKnobs& k = set_->knobs();
   unsigned in_use = set_->in_use_percent();
-  if (in_use > k.cutoff_writeback_sync.load(std::memory_order_relaxed)) return false;
+  if (in_use > k.cutoff_writeback_sync.load(std::memory_order_relaxed)) return WriteThroughAtCutoff();
   // A write over dirty data never bypasses: the dirty copy would otherwise
   // be the newer one in the index while the backing device got the write.
   if (overlaps_dirty) return true;
   if (bypass) return false;
   if (req.flags & kIoFua) return true;  // sync writes: up to the sync cutoff
-  return in_use <= k.cutoff_writeback.load(std::memory_order_relaxed);
+  return in_use <= k.cutoff_writeback.load(std::memory_order_relaxed) || WriteThroughAtCutoff();
+}
+
+bool CachedDevice::WriteThroughAtCutoff() {
+  // Dirty data fills the cache to the cutoff: this write goes to the
+  // spindle in the foreground, one random write at a time. The dirty data
+  // in its way leaves faster as sorted writeback than it could at the PI
+  // controller's rate, so the writeback thread runs at full speed while
+  // writes are being turned away (Writeback::Pass), and wakes from its
+  // writeback_delay sleep now.
+  cutoff_writethroughs_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t now = NowNanos();
+  uint64_t last = last_cutoff_ns_.exchange(now, std::memory_order_relaxed);
+  if (writeback_ && now - last > Writeback::kCutoffWindowNs) writeback_->Kick();
+  return false;
 }
 
 bool CachedDevice::RegisterWriteback(uint64_t start, uint64_t end) {
@@ -587,6 +601,7 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
     // The backing device alone; afterwards the range's extents (dirty ones
     // included: the backing device now has newer data) are dropped.
     backing_->Submit(req, [this, req, done = std::move(done)](Status st) mutable {
+      BackingWriteDone();
       if (st.ok()) (void)set_->index().Invalidate(dev_, req.offset, req.len);
       done(std::move(st));
     });
@@ -845,6 +860,7 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
     uint64_t t0 = NowNanos();
     backing_->Write(op->req.offset, op->req.len, op->req.buf, backing_flags,
                     [this, op, finish, t0](Status st) mutable {
+                      BackingWriteDone();
                       uint64_t now = NowNanos();
                       if (st.ok()) backing_time_.Observe(ServiceTime::Op::kWrite, op->req.len, now - t0, now);
                       op->backing_status = std::move(st);
@@ -866,8 +882,9 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
 
 void CachedDevice::DoFlush(IoDone done) {
   // Like a disk's volatile cache: every write acknowledged before this is
-  // durable when it returns — backing device flushed, cache device flushed,
-  // and the journal committed (which flushes the cache device first).
+  // durable when it returns — backing device flushed (when it needs it, see
+  // below), cache device flushed, and the journal committed (which flushes
+  // the cache device first). Ordering rule 8 (doc/design.md).
   struct FlushOp {
     IoDone done;
     int pending = 3;
@@ -883,7 +900,24 @@ void CachedDevice::DoFlush(IoDone done) {
     delete op;
     d(std::move(s));
   };
-  backing_->Flush(part);
+  // The backing device only when a client write reached it since the last
+  // backing flush: writeback-mode writes are durable on the cache, and
+  // writeback flushes what it writes itself before it marks anything clean.
+  // Sampled here, after the FLUSH arrived: every write acknowledged before
+  // it counted itself before its acknowledgement (BackingWriteDone).
+  uint64_t written = backing_writes_.load(std::memory_order_seq_cst);
+  if (written == backing_flushed_.load(std::memory_order_seq_cst)) {
+    part(Status::OK());
+  } else {
+    backing_->Flush([this, written, part](Status st) {
+      if (st.ok()) {
+        uint64_t seen = backing_flushed_.load(std::memory_order_seq_cst);
+        while (seen < written && !backing_flushed_.compare_exchange_weak(seen, written)) {
+        }
+      }
+      part(std::move(st));
+    });
+  }
   set_->cache_dev()->Flush(part);
   set_->CommitAsync(part);
 }
@@ -901,6 +935,7 @@ void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
     // Over dirty data, durable below before the commit that drops it.
     if (has_dirty && req.op == IoOp::kWriteZeroes) down.flags |= kIoFua;
     backing_->Submit(down, [this, req, has_dirty, done = std::move(done)](Status st2) mutable {
+      BackingWriteDone();
       if (st2.ok() && has_dirty && req.op == IoOp::kDiscard) {
         // A discard has no FUA: flush it down first.
         backing_->Flush([this, req, has_dirty, done = std::move(done)](Status st3) mutable {

@@ -98,6 +98,9 @@ class CachedDevice final : public BlockDevice {
   uint64_t spare_admissions() const { return spare_admissions_.load(std::memory_order_relaxed); }
   uint64_t ghost_admissions() const { return ghost_admissions_.load(std::memory_order_relaxed); }
   uint64_t cache_full_bypasses() const { return cache_full_bypasses_.load(std::memory_order_relaxed); }
+  // Writeback-mode writes written through because the cache in use had
+  // passed cutoff_writeback (cutoff_writeback_sync for FUA writes).
+  uint64_t cutoff_writethroughs() const { return cutoff_writethroughs_.load(std::memory_order_relaxed); }
   // What the backing device's reads and writes take, as this device sends them.
   const ServiceTime& backing_time() const { return backing_time_; }
   Status Detach();
@@ -170,6 +173,12 @@ class CachedDevice final : public BlockDevice {
   // backing data again: a write seen lost after the cut comes back later.
   void AfterCleanDropped(uint64_t offset, uint64_t len, bool dropped, Callback<void()> fn);
   bool ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass);
+  // ShouldWriteback's "no" for a write the cache in use (dirty + metadata)
+  // turned away: counts it and speeds writeback up. Always false.
+  bool WriteThroughAtCutoff();
+  // A client write (or discard) reached the backing device: the next FLUSH
+  // flushes it. Called before that write is acknowledged.
+  void BackingWriteDone() { backing_writes_.fetch_add(1, std::memory_order_seq_cst); }
   // A client write's cache copy at e (its data at `data`): done(ok).
   void WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done);
   // Runs fn (on this reactor) once no writeback write overlaps [start, end).
@@ -210,6 +219,13 @@ class CachedDevice final : public BlockDevice {
   std::atomic<uint64_t> spare_admissions_{0};
   std::atomic<uint64_t> ghost_admissions_{0};
   std::atomic<uint64_t> cache_full_bypasses_{0};
+  std::atomic<uint64_t> cutoff_writethroughs_{0};
+  // Client writes that reached the backing device, and how many of them the
+  // last completed backing flush covered (DoFlush). Starts one apart: the
+  // first FLUSH also covers what an earlier daemon left in the backing
+  // device's volatile cache.
+  std::atomic<uint64_t> backing_writes_{1};
+  std::atomic<uint64_t> backing_flushed_{0};
   ServiceTime backing_time_;
   std::atomic<bool> attached_{true};
   // One detector for the device, as bcache's per-cached_dev one: a client
@@ -222,6 +238,7 @@ class CachedDevice final : public BlockDevice {
   BackingSuper* const super_;
   std::atomic<uint64_t> last_request_ns_{0};       // any client request
   std::atomic<uint64_t> last_backing_read_ns_{0};  // a miss read the backing device
+  std::atomic<uint64_t> last_cutoff_ns_{0};        // a write turned away by the cutoffs
   // The backing superblock is durably dirty: writeback-mode writes may be
   // acknowledged. Cleared by the writeback thread while it marks it clean;
   // dirty_inflight_ counts writeback-mode writes between that check and

@@ -389,7 +389,12 @@ uint64_t Writeback::Pass(bool full_speed) {
       continue;
     }
     bool idle = now - d.last_request_ns_.load(std::memory_order_relaxed) > kIdleSeconds * kNs;
-    bool fast = full_speed || idle;
+    // Near the cutoff (or past it, turning writes away), dirty data leaves
+    // at full speed: a write burst then finds room in the cache instead of
+    // the spindle's random-write speed.
+    bool at_cutoff = now - d.last_cutoff_ns_.load(std::memory_order_relaxed) < kCutoffWindowNs ||
+                     d.set_->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
+    bool fast = full_speed || idle || at_cutoff;
     // Foreground reads of the backing device go first (bcache's writeback
     // starves readers of a spindle; the mmtests thread measured 38-90 %
     // lost): while one was seen in the last kReaderWindowNs, one write of
@@ -397,7 +402,9 @@ uint64_t Writeback::Pass(bool full_speed) {
     // kReaderYield times its latency, so writeback holds the device a
     // small share of the time (latency includes the wait behind a read).
     bool yield = !full_speed && now - d.last_backing_read_ns_.load(std::memory_order_relaxed) < kReaderWindowNs;
-    size_t limit = yield ? 1 : fast ? 64 : 16;
+    // At the cutoff the spindle also serves the foreground's writethrough:
+    // no deeper queue than at the PI rate, so those wait behind little.
+    size_t limit = yield ? 1 : (full_speed || idle) ? 64 : 16;
     uint64_t chunk = yield ? kReaderChunk : kMaxRun;
     uint64_t rate = fast ? kMaxRate : std::max<uint64_t>(1, k.writeback_rate.load());
     while (!flush_failed && next < writes.size() && inflight < limit && (fast || now >= next_io_) &&
@@ -473,7 +480,9 @@ void Writeback::Loop() {
       if (!Sleep(std::min<uint64_t>(delay, kNs))) return;
       if (nothing_last && NowNanos() - found_nothing_at >= std::max<uint64_t>(1, k.writeback_delay.load()) * kNs)
         nothing_last = false;  // writeback_delay has passed since the empty pass
-      if (drain || dev_->want_dirty_.load()) nothing_last = false;
+      if (drain || dev_->want_dirty_.load() ||
+          NowNanos() - dev_->last_cutoff_ns_.load(std::memory_order_relaxed) < kCutoffWindowNs)
+        nothing_last = false;
       continue;
     }
     if (backoff_ns_ && !Sleep(backoff_ns_)) return;

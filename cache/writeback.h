@@ -28,8 +28,13 @@
 // proportional = (dirty - target) / p_term_inverse, integral accumulated
 // over (dirty - target) / i_term_inverse, a fragmentation term when many
 // buckets are partly dirty, clamped to [writeback_rate_minimum, max]. Full
-// speed when no foreground request arrived for kIdleSeconds, or while a
-// ctl flush drains. Foreground reads of the backing device go first: while
+// speed when no foreground request arrived for kIdleSeconds, while a ctl
+// flush drains, and while writes are being written through because dirty
+// data has filled the cache to cutoff_writeback (in the last
+// kCutoffWindowNs) or the cache in use is within kCutoffMargin points of
+// it: bcache keeps its PI rate there, so a write burst
+// larger than the cutoff went to the spindle as random writethrough while
+// the dirty data in its way left at a few percent of the spindle's speed. Foreground reads of the backing device go first: while
 // one was seen in the last kReaderWindowNs, one write of at most
 // kReaderChunk at a time, each followed by a pause of kReaderYield times
 // its latency, so writeback holds the spindle about 1/(1 + kReaderYield)
@@ -63,6 +68,10 @@ class CachedDevice;
 class Writeback {
  public:
   static constexpr uint64_t kIdleSeconds = 3;
+  // Full speed while a write was turned away by the cutoffs this recently.
+  static constexpr uint64_t kCutoffWindowNs = 1'000'000'000;
+  // ... and while the cache in use is within this many points of cutoff_writeback.
+  static constexpr unsigned kCutoffMargin = 5;
   static constexpr uint64_t kReaderWindowNs = 100'000'000;  // 100 ms
   static constexpr uint64_t kMaxRun = 1 << 20;               // bytes per backing write
   static constexpr size_t kStripesPerPass = 64;

@@ -399,6 +399,12 @@ std::vector<Attribute> BuildTable() {
                    "requests not cached because no cache space could be freed for them",
                    "cache_full_bypasses_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->cache_full_bypasses()); }));
+  t.push_back(Stat("cutoff_writethroughs", bdev,
+                   "writeback-mode writes written through because dirty data and metadata had filled the "
+                   "cache past cutoff_writeback (cutoff_writeback_sync for FUA writes); writeback runs at full "
+                   "speed meanwhile",
+                   "cutoff_writethroughs_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->cutoff_writethroughs()); }));
   AddServiceTime(t, bdev, "backing", [](Reading& r) -> const ServiceTime& { return r.target().device->backing_time(); });
   {
     Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state; fenced once another client "

@@ -283,6 +283,36 @@ TEST_CASE("writeback: data is marked clean only once the backing device has flus
   }
 }
 
+TEST_CASE("writeback: a FLUSH flushes the backing device only when a client write reached it since its last flush") {
+  Rig r;
+  r.Write(0, kBlock, 1);  // marks the backing superblock dirty first
+  REQUIRE(SyncFlush(*r.dev).ok());
+  CHECK(r.raw_backing->unflushed_bytes() == 0);
+  // Below the cache, unflushed, as writeback leaves what it writes until its
+  // own flush: only a backing flush would make it durable.
+  auto other = Pattern(kBlock, 99);
+  AlignedBuffer b(kBlock);
+  std::copy(other.begin(), other.end(), b.data());
+  REQUIRE(SyncWrite(*r.backing, 200 * kBlock, kBlock, b.data(), 0).ok());
+  r.Write(8 * kBlock, kBlock, 2);  // writeback: the cache alone
+  REQUIRE(SyncFlush(*r.dev).ok());
+  CHECK(r.raw_backing->unflushed_bytes() == kBlock);  // no client write reached it: not flushed
+  // Dirty data past the cutoff: the next write goes through to the backing
+  // device, and the FLUSH after it flushes the backing device.
+  r.set->knobs().cutoff_writeback = 0;
+  r.set->knobs().cutoff_writeback_sync = 0;
+  r.Write(16 * kBlock, kBlock, 3);
+  CHECK(r.dev->cutoff_writethroughs() == 1);
+  CHECK(r.raw_backing->unflushed_bytes() >= kBlock);
+  REQUIRE(SyncFlush(*r.dev).ok());
+  CHECK(r.raw_backing->unflushed_bytes() == 0);
+  r.PowerCut();
+  CHECK(r.Read(*r.dev, 0, kBlock) == Pattern(kBlock, 1));
+  CHECK(r.Read(*r.dev, 8 * kBlock, kBlock) == Pattern(kBlock, 2));
+  CHECK(r.Read(*r.dev, 16 * kBlock, kBlock) == Pattern(kBlock, 3));
+  CHECK(r.Read(*r.backing, 16 * kBlock, kBlock) == Pattern(kBlock, 3));
+}
+
 TEST_CASE("writeback: a reclaimed bucket's generation is durable before the bucket is reused") {
   Rig r(16 << 20, 128 << 20);
   r.set->knobs().cache_mode = CacheMode::kWritethrough;
