@@ -75,7 +75,8 @@ ctl() { "$UBCACHE" ctl --control "$FS_TMP/c.ctl" "$@"; }
 
 # fs_up_export | fs_up_file PATH, then fs_mkfs LOG: ext4 at $MNT, on the
 # export serve_up started (through nbdfuse + losetup) or on PATH alone
-# (losetup --direct-io, the cache device without ubcache).
+# (losetup --direct-io, the cache device without ubcache). FS_MOUNT_OPTS
+# (e.g. discard) are ext4's mount options, the same for every target.
 fs_up_export() {
   nbdfuse ${NBDFUSE_ARGS:-} "$FS_TMP/fuse/disk" --unix "$FS_TMP/s.sock" 2>>"$SUITE_DIR/nbdfuse.log" &
   FUSE=$!
@@ -92,7 +93,7 @@ fs_up_export() {
 fs_up_file() { LOOP=$(losetup -f --show --direct-io=on "$1"); }
 fs_mkfs() {
   mkfs.ext4 -q -F -E nodiscard "$LOOP" >"$1" 2>&1
-  mount -t ext4 "$LOOP" "$MNT"
+  mount -t ext4 ${FS_MOUNT_OPTS:+-o "$FS_MOUNT_OPTS"} "$LOOP" "$MNT"
 }
 
 fs_down() {

@@ -11,6 +11,12 @@
 # the spindle's in writethrough). --quick: 1, 4, 16, 64, 128 clients, 8 s
 # each; else 1, 2, 4, … 128, 30 s each. Environment SCALE_CLIENTS,
 # SCALE_SECONDS override; SCALE_SERVE_ARGS adds serve flags.
+# The cache is twice the filesystem (SCALE_CACHE_SIZE, default 8G): in
+# writeback, dirty data past cutoff_writeback (40 % of the cache) goes
+# write-through at the spindle's latency, and dbench's 128 clients write
+# ~1.3 GB of live files in their first seconds on top of what the smaller
+# counts left dirty (ext4 without discard frees nothing in the cache). A
+# 4G cache measures the spindle behind that cutoff, not client scaling.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
@@ -21,7 +27,9 @@ BACKING=$WORK/scaling-backing.img
 ALONE=$WORK/scaling-alone.img
 SIZE=4G
 fs_setup
-for f in "$CACHE" "$BACKING" "$ALONE"; do sized_file "$f" $SIZE; done
+CACHE_SIZE=${SCALE_CACHE_SIZE:-8G}
+sized_file "$CACHE" "$CACHE_SIZE"
+for f in "$BACKING" "$ALONE"; do sized_file "$f" $SIZE; done
 
 modes=${SCALE_MODES:-writethrough writeback}
 
@@ -38,6 +46,12 @@ up() {
   fs_mkfs "$SUITE_DIR/mkfs-$1.log"
 }
 
+# written: bytes the loop device under ext4 has written (what reaches
+# ubcache's export, or the cache file alone), from its stat.
+written() { awk '{print $7 * 512}' "/sys/block/${LOOP#/dev/}/stat"; }
+# ubcache_get TARGET NAME: a ctl attribute of ubcache's targets; empty for alone.
+ubcache_get() { [[ $1 == ubcache-* ]] && ctl get "$2" 2>/dev/null || true; }
+
 : >"$SUITE_DIR/points.tsv"
 targets="$(printf 'ubcache-%s ' $modes)alone"
 n=0 total=$(( $(wc -w <<<"$clients") * $(wc -w <<<"$targets") ))
@@ -48,23 +62,30 @@ for target in $targets; do
     bench_progress "$target: dbench $c client(s), $secs s ($n/$total)"
     rm -rf "$MNT/clients"
     out=$SUITE_DIR/dbench-$target-$c.txt
+    w0=$(written) t0=$(date +%s.%N) cw0=$(ubcache_get "$target" cutoff_writethroughs)
     dbench -D "$MNT" -t "$secs" -c /usr/share/dbench/client.txt "$c" >"$out" 2>&1 || { echo "scaling: dbench $c on $target failed: $(tail -n 3 "$out")" >&2; exit 1; }
     line=$(grep -E '^Throughput' "$out" | tail -n 1)
     [[ -n $line ]] || { echo "scaling: no Throughput line in $out" >&2; exit 1; }
     mbs=$(awk '{print $2}' <<<"$line"); lat=$(grep -oE 'max_latency=[0-9.]+' <<<"$line" | cut -d= -f2)
-    printf '%s\t%s\t%s\t%s\n' "$target" "$c" "$mbs" "${lat:-}" >>"$SUITE_DIR/points.tsv"
-    echo "scaling: $target $c clients: $mbs MB/s, max latency ${lat:-?} ms"
+    wmbs=$(awk -v w0="$w0" -v w1="$(written)" -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN{printf "%.1f", (w1-w0)/(t1-t0)/1e6}')
+    cw1=$(ubcache_get "$target" cutoff_writethroughs) dirty=$(ubcache_get "$target" dirty_data)
+    cwt=""; [[ -n $cw0 && -n $cw1 ]] && cwt=$((cw1 - cw0))
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$c" "$mbs" "${lat:-}" "$wmbs" "$cwt" "$dirty" >>"$SUITE_DIR/points.tsv"
+    echo "scaling: $target $c clients: $mbs MB/s, max latency ${lat:-?} ms; device writes $wmbs MB/s${cwt:+, $cwt written through at the cutoff}${dirty:+, dirty $dirty bytes}"
   done
   rm -rf "$MNT/clients"
   fs_down
 done
 
-"${PYTHON:-python3}" - "$SUITE_DIR" "$secs" "$SIZE" <<'PY'
+"${PYTHON:-python3}" - "$SUITE_DIR" "$secs" "$SIZE" "$CACHE_SIZE" <<'PY'
 import json, os, sys
-d, secs, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+d, secs, size, cache_size = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 pts = {}
 for line in open(os.path.join(d, "points.tsv")):
-    t, c, mbs, lat = line.rstrip("\n").split("\t")
-    pts.setdefault(t, []).append({"clients": int(c), "mb_s": float(mbs), "max_latency_ms": float(lat) if lat else None})
-json.dump({"seconds": secs, "fs_size": size, "targets": pts}, open(os.path.join(d, "result.json"), "w"), indent=2)
+    t, c, mbs, lat, wmbs, cwt, dirty = line.rstrip("\n").split("\t")
+    pts.setdefault(t, []).append({"clients": int(c), "mb_s": float(mbs), "max_latency_ms": float(lat) if lat else None,
+                                  "device_write_mb_s": float(wmbs) if wmbs else None,
+                                  "cutoff_writethroughs": int(cwt) if cwt else None,
+                                  "dirty_bytes_after": int(dirty) if dirty else None})
+json.dump({"seconds": secs, "fs_size": size, "cache_size": cache_size, "targets": pts}, open(os.path.join(d, "result.json"), "w"), indent=2)
 PY
