@@ -535,6 +535,19 @@ SCALE_LABEL = {"ubcache": "ubcache (writethrough, cache file + sas: backing)",
                "alone": "the cache file alone"}
 
 
+def _largest_over_peak(u):
+    """(peak point, largest-count point, their ratio) of one target's sweep."""
+    peak = max(u.values(), key=lambda p: p["mb_s"])
+    last = u[max(u)]
+    return peak, last, last["mb_s"] / peak["mb_s"] if peak["mb_s"] else None
+
+
+def _pair_ratios(d, k):
+    """Target k's fresh-start pairs (those with a peak) and their largest/peak ratios."""
+    pr = [p for p in d.get("pairs", {}).get(k, []) if p["peak_mb_s"]]
+    return pr, [p["largest_mb_s"] / p["peak_mb_s"] for p in pr]
+
+
 def r_scaling(d, plots):
     t = d["targets"]
     counts = sorted({p["clients"] for pts in t.values() for p in pts})
@@ -582,32 +595,25 @@ def r_scaling(d, plots):
         u = by.get(k, {})
         if k == "alone" or not u:
             continue
-        peak = max(u.values(), key=lambda p: p["mb_s"])
-        last = u[max(u)]
-        ratio = last["mb_s"] / peak["mb_s"] if peak["mb_s"] else None
+        peak, last, ratio = _largest_over_peak(u)
         name = "ubcache" if k == "ubcache" else f"ubcache {short.get(k, k)}"
-        pr = [p for p in d.get("pairs", {}).get(k, []) if p["peak_mb_s"]]
+        pr, rs = _pair_ratios(d, k)
         if not pr:
             out += [f"{name} at {max(u)} clients: {f1(last['mb_s'])} MB/s, {f2(ratio)}× its peak "
                     f"({f1(peak['mb_s'])} MB/s at {peak['clients']}); target (issue 12) ≥ 0.9× — "
                     + ("PASS" if ratio is not None and ratio >= 0.9 else "MISS"), ""]
             continue
-        rs = sorted(p["largest_mb_s"] / p["peak_mb_s"] for p in pr)
         med = statistics.median(rs)
-        each = ", ".join(f"{f1(p['peak_mb_s'])} → {f1(p['largest_mb_s'])} ({f2(p['largest_mb_s'] / p['peak_mb_s'])}×)"
-                         for p in pr)
+        each = ", ".join(f"{f1(p['peak_mb_s'])} → {f1(p['largest_mb_s'])} ({f2(r)}×)" for p, r in zip(pr, rs))
         out += [f"{name}, {len(pr)} fresh-start pairs ({pr[0]['peak_clients']} then {pr[0]['largest_clients']} "
-                f"clients, MB/s): {each}; median {f2(med)}× (min–max {f2(rs[0])}–{f2(rs[-1])}); the sweep alone: "
+                f"clients, MB/s): {each}; median {f2(med)}× (min–max {f2(min(rs))}–{f2(max(rs))}); the sweep alone: "
                 f"{f2(ratio)}×; target (issue 12) ≥ 0.9× — " + ("PASS" if med >= 0.9 else "MISS"), ""]
     u = by.get("alone", {})
     if u:
-        peak = max(u.values(), key=lambda p: p["mb_s"])
-        last = u[max(u)]
-        ratio = last["mb_s"] / peak["mb_s"] if peak["mb_s"] else None
-        pr = [p for p in d.get("pairs", {}).get("alone", []) if p["peak_mb_s"]]
+        peak, last, ratio = _largest_over_peak(u)
+        _, rs = _pair_ratios(d, "alone")
         tail = ""
-        if pr:
-            rs = [p["largest_mb_s"] / p["peak_mb_s"] for p in pr]
+        if rs:
             tail = f"; its fresh-start pairs: {', '.join(f2(r) + '×' for r in rs)} (median {f2(statistics.median(rs))}×)"
         out += [f"For reference, the cache file alone at {max(u)} clients: {f1(last['mb_s'])} MB/s, {f2(ratio)}× its "
                 f"peak ({f1(peak['mb_s'])} MB/s at {peak['clients']}){tail}.", ""]

@@ -512,9 +512,14 @@ bool CachedDevice::WriteThroughAtCutoff() {
   // writeback_delay sleep now.
   cutoff_writethroughs_.fetch_add(1, std::memory_order_relaxed);
   uint64_t now = NowNanos();
-  uint64_t last = last_cutoff_ns_.exchange(now, std::memory_order_relaxed);
-  if (writeback_ && now - last > Writeback::kCutoffWindowNs) writeback_->Kick();
+  bool recently = TurnedAwayRecently(now);
+  last_cutoff_ns_.store(now, std::memory_order_relaxed);
+  if (writeback_ && !recently) writeback_->Kick();
   return false;
+}
+
+bool CachedDevice::TurnedAwayRecently(uint64_t now) const {
+  return now - last_cutoff_ns_.load(std::memory_order_relaxed) < Writeback::kCutoffWindowNs;
 }
 
 bool CachedDevice::RegisterWriteback(uint64_t start, uint64_t end) {

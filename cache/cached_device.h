@@ -176,6 +176,8 @@ class CachedDevice final : public BlockDevice {
   // ShouldWriteback's "no" for a write the cache in use (dirty + metadata)
   // turned away: counts it and speeds writeback up. Always false.
   bool WriteThroughAtCutoff();
+  // WriteThroughAtCutoff ran in the Writeback::kCutoffWindowNs before `now`.
+  bool TurnedAwayRecently(uint64_t now) const;
   // A client write (or discard) reached the backing device: the next FLUSH
   // flushes it. Called before that write is acknowledged.
   void BackingWriteDone() { backing_writes_.fetch_add(1, std::memory_order_seq_cst); }

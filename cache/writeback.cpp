@@ -392,8 +392,7 @@ uint64_t Writeback::Pass(bool full_speed) {
     // Near the cutoff (or past it, turning writes away), dirty data leaves
     // at full speed: a write burst then finds room in the cache instead of
     // the spindle's random-write speed.
-    bool at_cutoff = now - d.last_cutoff_ns_.load(std::memory_order_relaxed) < kCutoffWindowNs ||
-                     d.set_->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
+    bool at_cutoff = d.TurnedAwayRecently(now) || d.set_->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
     bool fast = full_speed || idle || at_cutoff;
     // Foreground reads of the backing device go first (bcache's writeback
     // starves readers of a spindle; the mmtests thread measured 38-90 %
@@ -480,9 +479,7 @@ void Writeback::Loop() {
       if (!Sleep(std::min<uint64_t>(delay, kNs))) return;
       if (nothing_last && NowNanos() - found_nothing_at >= std::max<uint64_t>(1, k.writeback_delay.load()) * kNs)
         nothing_last = false;  // writeback_delay has passed since the empty pass
-      if (drain || dev_->want_dirty_.load() ||
-          NowNanos() - dev_->last_cutoff_ns_.load(std::memory_order_relaxed) < kCutoffWindowNs)
-        nothing_last = false;
+      if (drain || dev_->want_dirty_.load() || dev_->TurnedAwayRecently(NowNanos())) nothing_last = false;
       continue;
     }
     if (backoff_ns_ && !Sleep(backoff_ns_)) return;

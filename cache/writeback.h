@@ -32,13 +32,14 @@
 // flush drains, and while writes are being written through because dirty
 // data has filled the cache to cutoff_writeback (in the last
 // kCutoffWindowNs) or the cache in use is within kCutoffMargin points of
-// it: bcache keeps its PI rate there, so a write burst
-// larger than the cutoff went to the spindle as random writethrough while
-// the dirty data in its way left at a few percent of the spindle's speed. Foreground reads of the backing device go first: while
-// one was seen in the last kReaderWindowNs, one write of at most
-// kReaderChunk at a time, each followed by a pause of kReaderYield times
-// its latency, so writeback holds the spindle about 1/(1 + kReaderYield)
-// of the time or less (a ctl flush does not yield).
+// it: bcache keeps its PI rate there, so a write burst larger than the
+// cutoff went to the spindle as random writethrough while the dirty data
+// in its way left at a few percent of the spindle's speed. Foreground
+// reads of the backing device go first: while one was seen in the last
+// kReaderWindowNs, one write of at most kReaderChunk at a time, each
+// followed by a pause of kReaderYield times its latency, so writeback
+// holds the spindle about 1/(1 + kReaderYield) of the time or less (a ctl
+// flush does not yield).
 //
 // Superblock: MarkDirty when a writeback-mode write finds the backing
 // superblock not yet dirty (the write waits for it); MarkClean once nothing
