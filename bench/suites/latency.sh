@@ -9,6 +9,13 @@
 #   qemu-nbd    qemu-nbd --cache=none --aio=io_uring (read-only), through NBD
 #   null        nbdkit null: a server that does no I/O, i.e. the protocol's
 #               and the client's own cost
+#   file        ubcache serve --backing FILE --read-only, no cache: ubcache
+#               as a plain file export (FILE is a third file of LAT_WS, so
+#               as not to share the cache file with the cache daemon)
+# Then the same at QD32 (IOPS is the measure there): ubcache's cache hit,
+# the file export, the raw export file through fio io_uring, and nbdkit
+# null. The issue's bar: the file export at QD32 ≥ the no-op server's IOPS,
+# which the raw file's own QD32 row bounds from above.
 # All NBD configurations go through fio's nbd engine (libnbd, one
 # connection). raw, nbdkit and qemu-nbd read the same-sized region of the
 # same cache file, in its upper half (filled by fio, away from ubcache's
@@ -45,6 +52,7 @@ half=$(( cache_bytes / 2 ))
 
 CACHE=$WORK/latency-cache.img
 BACKING=$WORK/latency-backing.img
+EXPORT=$WORK/latency-file.img
 bench_setup latency
 # Raw fio JSON is kept with the results; the scratch dir goes at exit.
 trap 'mkdir -p "$SUITE_DIR/fio"; cp "$raw"/fio-*.json "$raw"/*.log "$raw"/*.cmd "$SUITE_DIR/fio/" 2>/dev/null; bench_cleanup' EXIT
@@ -52,6 +60,7 @@ trap 'mkdir -p "$SUITE_DIR/fio"; cp "$raw"/fio-*.json "$raw"/*.log "$raw"/*.cmd 
 bench_progress "files: cache $CACHE_SIZE, backing $BACKING_SIZE under $WORK"
 fill_file "$CACHE" "$cache_bytes"
 fill_file "$BACKING" "$backing_bytes"
+fill_file "$EXPORT" "$ws_bytes"
 "$UBCACHE" format --cache "$CACHE" --backing "$BACKING" --force >"$raw/format.log" 2>&1 ||
   { cat "$raw/format.log" >&2; die "ubcache format failed"; }
 
@@ -66,6 +75,8 @@ start_server qemu-nbd "$QEMU_NBD" --read-only --cache=none --aio=io_uring --form
   --socket="$raw/qemu-nbd.sock" "$CACHE" || die "qemu-nbd failed to start"
 start_server null "$NBDKIT" -f --exit-with-parent -U "$raw/null.sock" null "$ws_bytes" ||
   die "nbdkit null failed to start"
+start_server file "$UBCACHE" serve --backing "$EXPORT" --read-only --nbd "unix:$raw/file.sock" ||
+  die "ubcache serve (file export) failed to start"
 
 bench_progress "warming $WS into the cache (one sequential 1 MiB read)"
 "$FIO" --name=warm --ioengine=nbd --uri="${URI[ubcache]}" --rw=read --bs=1m --iodepth=8 --size="$ws_bytes" \
@@ -73,42 +84,52 @@ bench_progress "warming $WS into the cache (one sequential 1 MiB read)"
 # The cache writes of the warm-up finish after the reads are answered.
 sleep 1
 
-common=(--rw=randread --bs=4k --iodepth=1 --time_based --runtime="$SECONDS_PER" --randrepeat=0 --norandommap
+common=(--rw=randread --bs=4k --time_based --runtime="$SECONDS_PER" --randrepeat=0 --norandommap
         --lat_percentiles=1 --percentile_list=50:99:99.9 --output-format=json)
-run_one() {  # run_one CONFIG REPEAT
-  local c=$1 r=$2 tag="$1-$2" args=()
-  case "$c" in
+run_one() {  # run_one CONFIG REPEAT; CONFIG ending in "32" runs at QD32
+  local c=$1 r=$2 tag="$1-$2" s=${1%32} qd=1 args=()
+  [[ $s == "$c" ]] || qd=32
+  case "$s" in
     ubcache) args=(--ioengine=nbd --uri="${URI[ubcache]}" --offset=0 --size="$ws_bytes") ;;
-    raw) args=(--ioengine=io_uring --direct=1 --filename="$CACHE" --offset="$half" --size="$ws_bytes") ;;
-    nbdkit|qemu-nbd) args=(--ioengine=nbd --uri="${URI[$c]}" --offset="$half" --size="$ws_bytes") ;;
-    null) args=(--ioengine=nbd --uri="${URI[null]}" --offset=0 --size="$ws_bytes") ;;
+    raw) if ((qd == 1)); then args=(--ioengine=io_uring --direct=1 --filename="$CACHE" --offset="$half" --size="$ws_bytes")
+         else args=(--ioengine=io_uring --direct=1 --filename="$EXPORT" --size="$ws_bytes"); fi ;;
+    nbdkit|qemu-nbd) args=(--ioengine=nbd --uri="${URI[$s]}" --offset="$half" --size="$ws_bytes") ;;
+    null|file) args=(--ioengine=nbd --uri="${URI[$s]}" --offset=0 --size="$ws_bytes") ;;
   esac
-  [[ $c == raw ]] || running "$c" || return 0
-  bench_progress "repeat $r/$REPEAT: $c, 4 KiB randread QD1, ${SECONDS_PER} s"
-  echo "$FIO --name=$tag ${common[*]} ${args[*]}" >"$raw/fio-$tag.cmd"
-  if ! measured "$tag" "${PID[$c]:-}" "$FIO" --name="$tag" "${common[@]}" "${args[@]}" \
+  [[ $s == raw ]] || running "$s" || return 0
+  bench_progress "repeat $r/$REPEAT: $c, 4 KiB randread QD$qd, ${SECONDS_PER} s"
+  echo "$FIO --name=$tag --iodepth=$qd ${common[*]} ${args[*]}" >"$raw/fio-$tag.cmd"
+  if ! measured "$tag" "${PID[$s]:-}" "$FIO" --name="$tag" --iodepth="$qd" "${common[@]}" "${args[@]}" \
       --output="$raw/fio-$tag.json" >"$raw/fio-$tag.err" 2>&1; then
     echo "latency: fio $tag failed:" >&2; cat "$raw/fio-$tag.err" >&2
     failures=$((failures + 1))
   fi
 }
-configs=(ubcache raw nbdkit qemu-nbd null)
+# QD1 first (the latency rows), then QD32; each set rotated per repeat. The
+# cache-hit counters cover the QD1 ubcache runs only.
+configs=(ubcache raw nbdkit qemu-nbd null file)
+configs32=(ubcache32 raw32 file32 null32)
 "$UBCACHE" ctl --control "$CTL" --json show >"$raw/show-0.json" 2>"$raw/show-0.err" || failures=$((failures + 1))
 for ((r = 1; r <= REPEAT; r++)); do
   k=${#configs[@]}
   for ((i = 0; i < k; i++)); do run_one "${configs[$(( (i + r - 1) % k ))]}" "$r"; done
 done
 "$UBCACHE" ctl --control "$CTL" --json show >"$raw/show-1.json" 2>"$raw/show-1.err" || failures=$((failures + 1))
-for s in ubcache nbdkit qemu-nbd null; do running "$s" || true; done
-for s in ubcache nbdkit qemu-nbd null; do stop_server "$s"; done
+for ((r = 1; r <= REPEAT; r++)); do
+  k=${#configs32[@]}
+  for ((i = 0; i < k; i++)); do run_one "${configs32[$(( (i + r - 1) % k ))]}" "$r"; done
+done
+for s in ubcache nbdkit qemu-nbd null file; do running "$s" || true; done
+for s in ubcache nbdkit qemu-nbd null file; do stop_server "$s"; done
 
 versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_NBD" --version | head -1)"
 PYTHONPATH="$bench" "$PYTHON" - "$raw" "$SUITE_DIR/result.json" "$REPEAT" "$SECONDS_PER" "$ws_bytes" "$cache_bytes" \
-  "$backing_bytes" "$half" "$versions" "${configs[@]}" <<'PY' || failures=$((failures + 1))
+  "$backing_bytes" "$half" "$versions" "${configs32[*]}" "${configs[@]}" <<'PY' || failures=$((failures + 1))
 import json, statistics, sys
 from benchlib import load, cpu_of
 
-raw, dst, repeat, seconds, ws, cache, backing, half, versions, *configs = sys.argv[1:]
+raw, dst, repeat, seconds, ws, cache, backing, half, versions, configs32, *configs = sys.argv[1:]
+configs32 = configs32.split()
 repeat = int(repeat)
 bad = 0
 PCT = {"p50_us": "50.000000", "p99_us": "99.000000", "p99.9_us": "99.900000"}
@@ -126,7 +147,9 @@ def one(c, r):
     run = {k: lat.get(q, 0) / 1e3 for k, q in PCT.items()}
     run.update({"iops": d["iops"], "ios": d["total_ios"], "mean_us": d.get("lat_ns", {}).get("mean", 0) / 1e3,
                 "fio_cpu_pct": (job.get("usr_cpu") or 0) + (job.get("sys_cpu") or 0)})
-    run.update(cpu_of(raw, tag, server=c != "raw"))
+    run.update(cpu_of(raw, tag, server=not c.startswith("raw")))
+    if run.get("server_cpu_pct") is not None and run.get("wall_s") and d["total_ios"]:
+        run["server_cpu_us_per_io"] = run["server_cpu_pct"] / 100 * run["wall_s"] / d["total_ios"] * 1e6
     try:
         run["command"] = open(f"{raw}/fio-{tag}.cmd").read().strip()
     except OSError:
@@ -140,12 +163,12 @@ def cmd(name):
         return None
 
 servers = {}
-for c in configs:
+for c in configs + configs32:
     runs = [one(c, r) for r in range(1, repeat + 1)]
     ok = [x for x in runs if x]
     med = {k: statistics.median(x[k] for x in ok) if ok else None for k in (*PCT, "iops", "mean_us")}
     rng = {k: [min(x[k] for x in ok), max(x[k] for x in ok)] if ok else None for k in (*PCT, "iops")}
-    servers[c] = {"server": cmd(c) if c != "raw" else None, "runs": runs, "median": med, "range": rng}
+    servers[c] = {"server": cmd(c.removesuffix("32")) if not c.startswith("raw") else None, "runs": runs, "median": med, "range": rng}
 
 # ubcache's p50 over each peer's, per repeat (both measured in the same repeat).
 ratios = {}
@@ -171,7 +194,8 @@ doc = {"config": {"repeat": repeat, "seconds": int(seconds), "ws_bytes": int(ws)
                   "backing_bytes": int(backing), "peer_offset": int(half), "versions": versions,
                   "order": "every repeat drives each configuration in turn, rotated by one per repeat",
                   "fio": "--rw=randread --bs=4k --iodepth=1 --randrepeat=0 --norandommap --lat_percentiles=1"},
-       "servers": servers, "ratios_ubcache_over": ratios, "ubcache_hits": hits}
+       "servers": {c: servers[c] for c in configs},
+       "qd32": {c.removesuffix("32"): servers[c] for c in configs32}, "ratios_ubcache_over": ratios, "ubcache_hits": hits}
 json.dump(doc, open(dst, "w"), indent=2)
 sys.exit(1 if bad else 0)
 PY
