@@ -1,0 +1,1 @@
+nbdkit -f --exit-with-parent -U /tmp/latency.G6ZI7l/null.sock null 268435456

@@ -1,0 +1,1 @@
+/var/tmp/ubcache-bench/run/bin.6l8AHd/ubcache serve --cache /var/tmp/ubcache-bench/run/rbd-cache.img --backing rbd,conf=/var/tmp/ubcache-bench/run/rbd-ceph/ceph.conf:rbd/cached --cache-mode writeback --nbd unix:/tmp/rbd.6OSOOy/cached.sock --control /tmp/rbd.6OSOOy/cached.ctl

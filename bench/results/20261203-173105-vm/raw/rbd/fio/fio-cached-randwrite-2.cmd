@@ -1,0 +1,1 @@
+fio --name=cached-randwrite-2 --rw=randwrite --bs=4k --iodepth=32 --time_based --runtime=10 --randrepeat=0 --norandommap --size=536870912 --lat_percentiles=1 --percentile_list=50:99 --output-format=json --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/rbd.6OSOOy/cached.sock

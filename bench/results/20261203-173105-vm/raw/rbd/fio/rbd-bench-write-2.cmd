@@ -1,0 +1,1 @@
+rbd -c /var/tmp/ubcache-bench/run/rbd-ceph/ceph.conf bench --io-type write --io-size 4096 --io-threads 32 --io-total 81920000 --io-pattern rand rbd/plain
