@@ -279,9 +279,14 @@ wb_tids() {
 declare -A SPID
 start_sampler() {
   local name=$1 p=${PID[$1]}
-  ( while kill -0 "$p" 2>/dev/null; do
+  # The sleep runs in the background and is waited for, so stop_sampler's
+  # TERM ends it with the loop instead of leaving it behind for 0.5 s.
+  ( trap 'kill "$s" 2>/dev/null; exit 0' TERM
+    s=
+    while kill -0 "$p" 2>/dev/null; do
       echo "$EPOCHREALTIME $(wb_tids "$p")"
-      sleep 0.5
+      sleep 0.5 & s=$!
+      wait "$s"
     done ) >>"$raw/samples-$name.txt" 2>/dev/null &
   SPID[$name]=$!
 }

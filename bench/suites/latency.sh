@@ -33,7 +33,7 @@ FIO=${FIO:-fio}
 NBDKIT=${NBDKIT:-nbdkit}
 QEMU_NBD=${QEMU_NBD:-qemu-nbd}
 PYTHON=${PYTHON:-python3}
-if [[ $QUICK == 1 ]]; then d_s=3 d_r=2 d_ws=128M FILL=${FILL:-0}; else d_s=5 d_r=4 d_ws=256M; fi
+if [[ $QUICK == 1 ]]; then d_s=2 d_r=2 d_ws=128M FILL=${FILL:-0}; else d_s=5 d_r=4 d_ws=256M; fi
 SECONDS_PER=${LAT_SECONDS:-$d_s}
 REPEAT=${LAT_REPEAT:-$d_r}
 WS=${LAT_WS:-$d_ws}

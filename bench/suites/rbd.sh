@@ -22,7 +22,7 @@ set -euo pipefail
 
 FIO=${FIO:-fio}
 PYTHON=${PYTHON:-python3}
-if [[ $QUICK == 1 ]]; then d_s=5 d_r=2 d_ws=256M d_c=1G; else d_s=10 d_r=3 d_ws=512M d_c=2G; fi
+if [[ $QUICK == 1 ]]; then d_s=3 d_r=2 d_ws=256M d_c=1G; else d_s=10 d_r=3 d_ws=512M d_c=2G; fi
 SECONDS_PER=${RBD_SECONDS:-$d_s}
 REPEAT=${RBD_REPEAT:-$d_r}
 WS=${RBD_WS:-$d_ws}

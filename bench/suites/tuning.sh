@@ -31,7 +31,7 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
 if [[ $QUICK == 1 ]]; then
-  secs=${TUNE_SECONDS:-3} repeat=${TUNE_REPEAT:-1} fileset=${TUNE_FILESET:-256M}
+  secs=${TUNE_SECONDS:-2} repeat=${TUNE_REPEAT:-1} fileset=${TUNE_FILESET:-256M}
   CACHE_SIZE=2G BACKING_SIZE=4G
   configs=(backing cache wt:untuned wt:tuned wt:cutoff0 wt:cong0 wt:shipped wb:untuned wb:tuned wb:shipped)
 else
