@@ -462,8 +462,7 @@ def r_peers(d, plots):
 LAT_LABEL = {"ubcache": "ubcache serve, cache hit", "raw": "raw cache file, fio io_uring",
              "nbdkit": "nbdkit file", "qemu-nbd": "qemu-nbd", "null": "nbdkit null (protocol only)",
              "file": "ubcache serve, file export (no cache)"}
-LAT32_LABEL = {"ubcache": "ubcache serve, cache hit", "raw": "raw export file, fio io_uring",
-               "file": "ubcache serve, file export (no cache)", "null": "nbdkit null (protocol only)"}
+LAT32_LABEL = {**LAT_LABEL, "raw": "raw export file, fio io_uring"}
 PCTS = [("p50", "p50_us"), ("p99", "p99_us"), ("p99.9", "p99.9_us")]
 
 
@@ -582,7 +581,7 @@ def _pair_ratios(d, k):
     return pr, [p["largest_mb_s"] / p["peak_mb_s"] for p in pr]
 
 
-def _writethrough_scaling_why(by, k, peak, last):
+def _writethrough_scaling_why(by, peak, last):
     """Why writethrough falls at the largest client count: what ext4 sent
     to the device there against at the peak, all of it the spindle's."""
     a, b = peak.get("device_write_mb_s"), last.get("device_write_mb_s")
@@ -659,7 +658,7 @@ def r_scaling(d, plots):
                 f"clients, MB/s): {each}; median {f2(med)}× (min–max {f2(min(rs))}–{f2(max(rs))}); the sweep alone: "
                 f"{f2(ratio)}×; target (issue 12) ≥ 0.9× — " + ("PASS" if med >= 0.9 else "MISS"), ""]
         if k == "ubcache-writethrough" and med < 0.9:
-            out += _writethrough_scaling_why(by, k, peak, last)
+            out += _writethrough_scaling_why(by, peak, last)
     u = by.get("alone", {})
     if u:
         peak, last, ratio = _largest_over_peak(u)

@@ -105,20 +105,23 @@ run_one() {  # run_one CONFIG REPEAT; CONFIG ending in "32" runs at QD32
     failures=$((failures + 1))
   fi
 }
-# QD1 first (the latency rows), then QD32; each set rotated per repeat. The
-# cache-hit counters cover the QD1 ubcache runs only.
+# run_rotated CONFIG...: REPEAT rounds, each driving every CONFIG once, the
+# order rotated by one per round.
+run_rotated() {
+  local -a cs=("$@")
+  local k=$# r i
+  for ((r = 1; r <= REPEAT; r++)); do
+    for ((i = 0; i < k; i++)); do run_one "${cs[$(( (i + r - 1) % k ))]}" "$r"; done
+  done
+}
+# QD1 first (the latency rows), then QD32. The cache-hit counters cover the
+# QD1 ubcache runs only.
 configs=(ubcache raw nbdkit qemu-nbd null file)
 configs32=(ubcache32 raw32 file32 null32)
 "$UBCACHE" ctl --control "$CTL" --json show >"$raw/show-0.json" 2>"$raw/show-0.err" || failures=$((failures + 1))
-for ((r = 1; r <= REPEAT; r++)); do
-  k=${#configs[@]}
-  for ((i = 0; i < k; i++)); do run_one "${configs[$(( (i + r - 1) % k ))]}" "$r"; done
-done
+run_rotated "${configs[@]}"
 "$UBCACHE" ctl --control "$CTL" --json show >"$raw/show-1.json" 2>"$raw/show-1.err" || failures=$((failures + 1))
-for ((r = 1; r <= REPEAT; r++)); do
-  k=${#configs32[@]}
-  for ((i = 0; i < k; i++)); do run_one "${configs32[$(( (i + r - 1) % k ))]}" "$r"; done
-done
+run_rotated "${configs32[@]}"
 for s in ubcache nbdkit qemu-nbd null file; do running "$s" || true; done
 for s in ubcache nbdkit qemu-nbd null file; do stop_server "$s"; done
 
@@ -193,7 +196,8 @@ else:
 doc = {"config": {"repeat": repeat, "seconds": int(seconds), "ws_bytes": int(ws), "cache_bytes": int(cache),
                   "backing_bytes": int(backing), "peer_offset": int(half), "versions": versions,
                   "order": "every repeat drives each configuration in turn, rotated by one per repeat",
-                  "fio": "--rw=randread --bs=4k --iodepth=1 --randrepeat=0 --norandommap --lat_percentiles=1"},
+                  "fio": "--rw=randread --bs=4k --iodepth=1 --randrepeat=0 --norandommap --lat_percentiles=1",
+                  "fio_qd32": "the same with --iodepth=32"},
        "servers": {c: servers[c] for c in configs},
        "qd32": {c.removesuffix("32"): servers[c] for c in configs32}, "ratios_ubcache_over": ratios, "ubcache_hits": hits}
 json.dump(doc, open(dst, "w"), indent=2)
