@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BlockDevice: the one asynchronous block I/O interface that files, block
 // devices, RAM, remote NBD exports, modelled spindles and fault injectors
 // (and, one layer up, the cache itself) all implement.

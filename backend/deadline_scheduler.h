@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeadlineScheduler: the order in which a spindle sees the backing device's
 // requests.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OpenDevice(): the device spec grammar, in one place.
 //
 //   spec    := wrapper ":" spec | "mem:" SIZE | "nbd:" URI | rbd ":" [POOL "/"] IMAGE

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FaultDevice: error and latency injection over any device ("fault:SPEC"),
 // for the failure tests that DESIGN.md §5 asks for.
 //

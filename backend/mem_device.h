@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MemDevice: RAM as a block device ("mem:1G"). Memory is a sparse array of
 // 64 KiB chunks, allocated on first write: a large device costs only what
 // is written, and reading a never-written chunk is a memset, not a page

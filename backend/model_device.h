@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ModelDevice: a slow device in front of a fast one ("sas:mem:1G",
 // "hdd,rpm=7200:/data/backing.img"). Each request is really done on the
 // device below, but completes no earlier than the spindle model says.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NbdDevice: a remote NBD export as a block device ("nbd:nbd+unix:///?socket=
 // /run/x.sock", "nbd:nbd://10.0.0.5:10809/disk"), through libnbd's
 // asynchronous API. This is how a ubcache cache fronts network storage.

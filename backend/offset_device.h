@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OffsetDevice: a window of another device, starting `offset` bytes in —
 // how a formatted backing device is served from its data_offset, past the
 // bcache superblock. Not owning; thread-safe as the device below is.

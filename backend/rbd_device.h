@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RbdDevice: a Ceph RBD image as a block device, through librbd's
 // asynchronous C API ("rbd:rbd/disk", "rbd,conf=/etc/ceph/ceph.conf,
 // id=ubcache:rbd/disk"). This is how a ubcache cache fronts a Ceph cluster

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reactor: one thread's event loop around its own io_uring.
 //
 // Every thread that does I/O owns exactly one Reactor; a ring is never shared.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/spindle_model.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SpindleModel: service time of one request on a rotating disk, as DESIGN.md
 // §7 describes it — seek (growing with the square root of the distance, as a
 // fraction of the disk) + rotational delay (uniform over one revolution) +

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Synchronous I/O for tools and tests: submit on the calling thread's
 // reactor and turn it until the request completes. Never on a reactor that
 // serves clients (it would stall them).

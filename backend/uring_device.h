@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UringDevice: a file or block device through the calling thread's io_uring,
 // opened with O_DIRECT so the page cache neither hides nor doubles our I/O.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # ab_iops.sh A B — what a change costs: two builds of ubcache (A, before; B,
 # after) each serve their own warm cache at the same time, and fio 4 KiB
 # randread QD32 through NBD (fio's nbd engine) runs against one, then the

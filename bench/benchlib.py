@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the bench scripts' report steps share: reading fio JSON, the CPU
 accounting left by lib.sh's `measured`, the machine summary line, and
 writing the .json/.md results. Import with sys.path.insert(0, <bench dir>)."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cache_bench.sh — what the cache costs and what it buys, one run, one machine.
 #
 # Answers issue 4's bench item, through fio's nbd engine (libnbd):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ctl_poller — polls a ubcache control socket like a metrics scraper:
 // RATE queries a second, cycling through COMMANDS, until SIGTERM/SIGINT or
 // --seconds; one connection for all of them, or (--connect-each) one per

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # ctl_stall.sh — does reading statistics stall I/O? (issue 5's stall test,
 # after bcache's Launchpad 1840043: priority_stats sorted every bucket under
 # the bucket lock while node_exporter polled it, ~40k -> ~4k IOPS.)

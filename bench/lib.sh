@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # bench/lib.sh — what the bench scripts share: sizes, filled test files,
 # server processes started and stopped by PID, and per-run CPU accounting.
 # Source it after `set -euo pipefail`, then call bench_setup NAME.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # nbd_peers.sh — `ubcache serve` against its NBD peers, one run, one machine.
 #
 # Answers issue 3's bench item: through fio's nbd engine (libnbd), how does

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # probe_vs_fio.sh — `ubcache probe` next to fio, same file, same parameters.
 #
 # Answers "does ubcache probe (one thread, one io_uring, O_DIRECT) get what

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench/run's records and report (issue 12).
 
   summary.py machine DIR --ubcache BIN --bin COPY ...   DIR/machine.json

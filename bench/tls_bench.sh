@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tls_bench.sh — what NBD over TLS costs: one `ubcache serve --tls on` per
 # credential kind, each driven in turn, in clear and over TLS, by the same
 # client (`ubcache probe nbd:URI`, libnbd underneath; fio's nbd engine cannot

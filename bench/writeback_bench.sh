@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # writeback_bench.sh — what writeback buys and what it costs, one run, one machine.
 #
 # Answers the writeback issue's bench item, through fio's nbd engine (libnbd),

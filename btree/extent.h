@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Extent: one cached range of one backing device, and the key that orders
 // extents in the index. In-memory form only; the on-disk forms are in
 // node_format.h and journal_format.h.

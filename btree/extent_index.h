@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExtentIndex: the cache's map from ranges of backing devices to where their
 // data lives on the cache device — a sharded B+tree of extents with a
 // journal, whose nodes live in a NodeStore and are cached in bounded memory.

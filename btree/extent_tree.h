@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExtentTree: one shard of the extent index — a B+tree of extents keyed by
 // (dev, end offset), with its own bounded cache of decoded nodes.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "btree/journal_format.h"
 
 #include "util/endian.h"

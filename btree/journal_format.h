@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // On-disk journal entry: one per Commit(), explicit little-endian, checksummed,
 // sequence-numbered. Replay stops at the first entry that fails any check:
 // that is the torn tail of a crash, and nothing past it is applied. Grammar in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "btree/mem_node_store.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MemNodeStore: a NodeStore in memory, for tests and tools. It plays the
 // cache device: it survives the ExtentIndex that uses it, so a test "crashes"
 // the index by destroying it and reopens on the same store.

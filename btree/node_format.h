@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // On-disk B-tree node: explicit little-endian encode/decode, validated in one
 // cascade that names the first failed check. The grammar is in doc/format.md
 // ("btree node"); the layout, in short:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NodeStore: where the extent index keeps its B-tree nodes and its journal.
 //
 // The cache layer implements it over blocks of cache-device buckets; tests use

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission: the "auto" policies, which decide from measurements rather
 // than from bcache's fixed numbers whether a request goes around the cache
 // (issue 13; the rules and their constants are in doc/design.md, "Auto

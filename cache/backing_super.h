@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BackingSuper: a formatted backing device's bcache superblock, and every
 // change of the state it records — attach, detach, cache mode, dirty,
 // clean. One place does the read-modify-write, so the ordering rules live

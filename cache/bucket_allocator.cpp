@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cache/bucket_allocator.h"
 #include "util/clock.h"
 #include "util/thread.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BucketAllocator: the cache device's space, in buckets (512 KiB by
 // default), as bcache manages it (alloc.c).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cache/bucket_node_store.h"
 
 #include <algorithm>

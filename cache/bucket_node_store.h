@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BucketNodeStore: the extent index's NodeStore on the cache device.
 //
 // Nodes. A node lives in a slot of `node_size` bytes inside a metadata

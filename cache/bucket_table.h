@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BucketTable: what every checkpoint saves besides the index root, so that a
 // start — after a clean shutdown or a crash — reads no more than the
 // superblock, this table, the index's root nodes and the journal tail

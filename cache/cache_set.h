@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CacheSet: one cache device and what is shared by every backing device in
 // front of which it sits — the buckets, the extent index, the congestion
 // score, the knobs of the set and a housekeeping thread.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CachedDevice: one backing device seen through a cache set — the
 // BlockDevice that the NBD and ublk frontends serve. All policy lives here.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Congestion: bcache's latency-driven congestion score (request.c
 // bch_get_congested, io.c bch_bbio_count_io_errors). Cache-device
 // completions slower than the threshold push the score down by their

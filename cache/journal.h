@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Journal: the cache set's journal on the cache device — the superblock's
 // journal buckets, written from their start as a chain of records, each a
 // whole number of blocks (doc/format.md, "Journal records"). Block 0 is a

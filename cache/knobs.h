@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CacheKnobs: the tunables of a cached device and of its cache set, with
 // bcache's names and defaults (Documentation/admin-guide/bcache.rst), so a
 // bcache user finds the same knobs. Every field is atomic: the control

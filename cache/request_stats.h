@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RequestStats: what one export's clients asked of it and how long it took.
 // Per operation (read, write, flush, discard, write_zeroes, cache: NBD's
 // CACHE prefetch) it counts completed requests, failed ones and the bytes of

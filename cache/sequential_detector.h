@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SequentialDetector: bcache's stream detection (request.c,
 // check_should_bypass). It remembers the last 128 streams, each a contiguous
 // range; an I/O that starts where a stream ended, within 5 s, continues that

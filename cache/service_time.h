@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ServiceTime: a running picture of what one device's requests take, for
 // policies that compare devices by the numbers rather than by their spec
 // strings (issue 13: congestion that compares the cache device's expected

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CacheStats: bcache's request statistics (stats.c), kept incrementally.
 //
 // The I/O path only bumps relaxed atomic counters. A read (Snapshot) folds

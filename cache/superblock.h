@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Superblocks: the one block that says what a cache or backing device is.
 //
 // Both kinds live in one 4096-byte block at byte offset 4096 (sector 8):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writeback: the thread that writes one cached device's dirty data back to
 // its backing device, as bcache's writeback.c does, and owns the backing
 // superblock's dirty/clean transitions.

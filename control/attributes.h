@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attributes: the one table of everything `ubcache ctl` can show, get and
 // set, and everything the metrics endpoint exports — knobs and statistics,
 // named and grouped as bcache's sysfs names them (backing device, cache set,

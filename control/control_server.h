@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ControlServer: the daemon's control socket and metrics listener.
 //
 // A Unix stream socket (mode 0600; every connection's SO_PEERCRED must be

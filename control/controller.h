@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Controller: runs control requests against the daemon's exports — show,
 // get/set through the attribute table, stats, priority-stats, dirty-data,
 // writeback-rate-debug, clear-stats, trigger-gc, flush, detach, attach and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus text exposition (format 0.0.4) of every attribute that names a
 // metric in the attribute table: ubcache_<metric>{device="EXPORT"} for the
 // backing-device and stats groups, without a device label for the cache

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control protocol (doc/control.md is its reference): a request is one
 // line of space-separated tokens,
 //     ubcache-ctl/1 [device=NAME] [format=json] COMMAND [ARG...]\n

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NbdConnection: one client connection, owned by one reactor thread.
 //
 // Input: a receive buffer that recv SQEs fill; complete requests are

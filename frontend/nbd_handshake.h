@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NbdHandshake: the fixed-newstyle negotiation as a pure state machine —
 // bytes in, bytes out, no sockets — so it can be fuzzed and unit-tested.
 //

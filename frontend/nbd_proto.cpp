@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "frontend/nbd_proto.h"
 
 #include "util/endian.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NBD wire protocol constants (NetworkBlockDevice/nbd doc/proto.md), and
 // the pure parts of the protocol that need no sockets: the request header
 // decoder and request validation. Everything is big-endian on the wire.

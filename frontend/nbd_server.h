@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NbdServer: serves BlockDevices as NBD exports to any NBD client (kernel
 // nbd-client, qemu, libnbd, fio's nbd engine, nbdfuse).
 //

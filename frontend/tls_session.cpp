@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "frontend/tls_session.h"
 
 #include <gnutls/gnutls.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TlsSession: one end of a TLS connection (GnuTLS) over memory, not over a
 // socket, so that the NBD connection keeps its own io_uring recv and send:
 // it feeds what it received in (FeedCiphertext), drives the handshake,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "frontend/ublk_control.h"
 
 #include <fcntl.h>

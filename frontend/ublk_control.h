@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UblkControl: the ublk driver's control device, /dev/ublk-control.
 //
 // Each command is one IORING_OP_URING_CMD on a small private SQE128 ring

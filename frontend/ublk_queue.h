@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UblkQueue: one hardware queue of a ublk device, served by one thread.
 //
 // The thread owns one Reactor. Its io_uring carries both the ublk commands

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UblkServer: serves BlockDevices as /dev/ublkbN block devices through the
 // kernel's ublk driver — one ublk device per export.
 //

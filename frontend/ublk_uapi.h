@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ublk driver's user-space ABI, as far as ubcache uses it.
 //
 // Mirrors include/uapi/linux/ublk_cmd.h of Linux 6.12. Debian 12's

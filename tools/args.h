@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small command-line parser for ubcache's subcommands: --long options with
 // or without values (--name VALUE or --name=VALUE), repeatable options,
 // positional arguments, and a generated --help. Usage errors exit 2.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The subcommands of the ubcache binary; each lives in its own file.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ubcache ctl: one request to a running daemon's control socket (see
 // doc/control.md), its reply on stdout. Exit status: 0 ok, 1 the daemon
 // answered with an error, 2 usage error or no daemon to talk to.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CallControl: one request to a running daemon's control socket (the wire
 // protocol of doc/control.md), for `ubcache ctl` and `ubcache status`.
 #pragma once

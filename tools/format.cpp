@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ubcache format / show-super: write and print superblocks.
 //
 // format lays out a cache device (ubcache's own superblock, zeroed journal

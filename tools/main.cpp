@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ubcache: one binary, subcommands in the manner of git and bcachefs.
 #include <cstdio>
 #include <cstring>

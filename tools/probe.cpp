@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ubcache probe SPEC: what a device can do — 4 KiB random read and write
 // IOPS at queue depth 1 and 32, 1 MiB sequential read and write MB/s, and
 // latency percentiles — measured through the same backend the cache uses.

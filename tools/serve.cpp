@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ubcache serve: a device (and, with the cache core, a cache in front of
 // it) served over NBD until SIGTERM.
 #include <malloc.h>

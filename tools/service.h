@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running serve under a service manager: systemd's notification protocol
 // (sd_notify(3): a datagram of KEY=VALUE lines to the socket named by
 // $NOTIFY_SOCKET — READY=1, STATUS=..., RELOADING=1, STOPPING=1) and SIGHUP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ubcache status: every running daemon on the machine (found by its control
 // socket) and, for each export, what an operator looks at first — in the
 // spirit of bcache-status. Exit status: 0 all well, 1 something is wrong

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AlignedBuffer: heap memory aligned for O_DIRECT (4 KiB), owned, movable.
 #pragma once
 

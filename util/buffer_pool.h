@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BufferPool: recycles 4 KiB-aligned I/O buffers in power-of-two size
 // classes, so a request costs no allocation (and a 1 MiB buffer no mmap
 // round trip) once the pool is warm.

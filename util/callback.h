@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Callback<R(Args...)>: a move-only function object that keeps small
 // captures inline, so handing a completion to a device costs no allocation
 // on the I/O path (std::function must be copyable and allocates for captures

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Monotonic time in nanoseconds, the one clock for deadlines and latencies.
 #pragma once
 

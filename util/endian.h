@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Explicit byte order for wire and disk formats: no struct is ever copied to
 // or from the wire or the disk; every field goes through these.
 #pragma once

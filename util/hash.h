@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // XXH3-64, the checksum of every piece of ubcache's own metadata.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "util/log.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging: spdlog to stderr, one process-wide logger. Levels come from the
 // command line (--log-level trace|debug|info|warn|error|off, -v for debug).
 #pragma once

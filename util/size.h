@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Human sizes: "4M", "512k", "1.5G", "4096" in, "512 KiB" out. Binary units
 // (k = 1024), as bcache and dd use them. Garbage is an error, never zero.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status and Result<T>: how errors travel on the I/O path, without exceptions.
 //
 // A Status is a code that maps one-to-one onto an errno value (so the NBD and

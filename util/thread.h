@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-thread settings: names and scheduling.
 #pragma once
 

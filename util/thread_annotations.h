@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Clang thread-safety annotations (checked with -Wthread-safety), and a
 // mutex that carries them. No-ops under GCC.
 #pragma once

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # bench/suites/common.sh — sourced by every suite (after set -euo pipefail).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # fairness — the mmtests thread's question: does one random reader starve
 # beside heavy writers? 4 writers (4 KiB randwrite QD8 each, a FLUSH after
 # every write) and 1 reader (4 KiB randread QD1 over a region not cached, so

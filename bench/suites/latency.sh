@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # latency — what does one cache hit cost? 4 KiB randread QD1 (fio), p50,
 # p99 and p99.9 of the total latency (submit to completion), on
 #   ubcache     ubcache serve --cache CACHE --backing sas:BACKING (congestion

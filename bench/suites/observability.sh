@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # observability — does reading statistics stall I/O? bench/ctl_stall.sh
 # (issue 5's stall test): 4 KiB randread QD32 through NBD without and with
 # ctl_poller asking priority-stats, stats and metrics 100 times a second:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # peers — ubcache against its NBD peers (bench/nbd_peers.sh) and what the
 # cache index costs and a warm cache buys (bench/cache_bench.sh), one after
 # the other. --quick: 3 s runs, 512 MiB files, two workloads, no *_x2,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # rbd — an SSD cache in front of Ceph RBD (issue 15's rows): on a one-node
 # test cluster (tests/ceph/cluster.sh: one ceph-mon, one memstore ceph-osd
 # on 127.0.0.1, so "the image alone" is RAM over loopback — a fast image,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scaling — the btrfs dbench thread's question (ext4 685 MB/s at 64 clients,
 # 349 at 128, max latency up to 2.6 s): dbench with 1, 2, 4, … 128 clients
 # on ext4 over ubcache (as it ships: writethrough, a formatted cache file and

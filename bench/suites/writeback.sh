@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # writeback — what writeback buys and what it costs a reader:
 # bench/writeback_bench.sh, all sections, its own --quick under --quick
 # (5 s runs, 1 pair, 2048 blocks over 16 MiB; existing files of the right

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cluster.sh — a single-node Ceph cluster for tests and for trying ubcache's
 # `rbd:` backing by hand: one ceph-mon and one ceph-osd on 127.0.0.1, cephx
 # on (so the credential path is exercised), a pool `rbd` of size 1, no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the backing superblock decoder (Linux bcache's layout, as the
 // kernel's read_super() checks it; doc/format.md) over one 4 KiB block.
 // Input: a flags byte (format_fuzz.h), then the block; with kReseal the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the btree node decoder (doc/format.md "btree node") at a 4 KiB and
 // at the smallest (512 B) node size. Input: a flags byte (format_fuzz.h),
 // then the node; with kReseal its checksum is recomputed over the entries

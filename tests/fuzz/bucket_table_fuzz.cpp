@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the bucket table decoder (the first record of every checkpoint's
 // journal, doc/format.md "Bucket table"). Input: a flags byte
 // (format_fuzz.h), then the table; with kReseal its checksum is recomputed,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the cache superblock decoder (ubcache's own layout, doc/format.md)
 // over one 4 KiB block, and the index root record it carries. Input: a
 // flags byte (format_fuzz.h), then the block; with kReseal the block's and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the control socket's parsers: the byte stream is cut into chunks
 // (sizes from the input's first byte) and fed to a LineReader, every line
 // to ParseRequest, and the whole input to ParseHttpRequest and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for the on-disk format fuzz targets.
 //
 // Every format is checksummed, and random bytes never pass a checksum: a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FUZZ_CHECK: an invariant of a fuzz target; a violation aborts, which
 // libFuzzer records as a crash with the input that caused it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node store and checks the index fuzz targets share.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the index's open-from-root path over a node store the input
 // fills: what `serve` does with a cache device whose metadata buckets hold
 // anything at all. Input: a flags byte (format_fuzz.h), a shard count and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the journal: the entry decoder over a stream of records, and
 // replay of that stream into an index (ExtentIndex::Open after a
 // checkpoint, as a restart after a crash does it). Input: a flags byte

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpora for the NBD fuzzers in tests/fuzz/corpus/<target>/.
 
 Seeds are well-formed protocol streams, so fuzzing starts from deep in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // make_format_corpus DIR: writes the seed corpora of the format fuzz
 // targets into DIR/<target>/ — valid encodings made by the real encoders,
 // each under the flags (format_fuzz.h) that let the fuzzer mutate past its

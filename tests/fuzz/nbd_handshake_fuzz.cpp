@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes Handshake::Feed with the input as the client's byte stream,
 // against a fixed list of two exports. The stream is fed twice: in chunks
 // whose sizes (zero included) come from a hash of the input, and whole.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes DecodeRequest + ValidateRequest: the first 28 bytes are a request
 // header, the rest derive ExportLimits variants. ValidateRequest's answer
 // is checked against an independent statement of what may run: if it says

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 010-nbdinfo — nbdinfo (libnbd) sees the export's size, every transmission
 # flag the interface promises, the block-size constraints, the export name
 # (and "" as an alias for it), --list, --read-only and a TCP listener.

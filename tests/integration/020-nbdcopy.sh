@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 020-nbdcopy — nbdcopy (multi-connection, large requests) copies 256 MiB of
 # random data into the export and back out byte-identical, on mem: and on a
 # file opened with O_DIRECT; for the file, the bytes must also be in the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 030-qemu-io — QEMU's NBD client: pattern writes read back verified
 # (plain, FUA, async + flush, sub-sector read-modify-write), WRITE_ZEROES
 # (plain, may-unmap, fast) reads back zeros, TRIM leaves neighbours alone,

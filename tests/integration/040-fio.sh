@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 040-fio — fio's nbd engine (libnbd): 4 jobs = 4 connections at iodepth 32
 # write random 4k blocks with crc32c verify headers and read them back;
 # then mixed sizes 4k..1M; then a separate verify-only pass on fresh

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 050-ext4-nbdfuse — a real filesystem on the export: nbdfuse exposes it as
 # a file, losetup makes it /dev/loopN, then mkfs.ext4, mount, write files of
 # random data, umount, mount again and verify checksums, e2fsck -fn clean;

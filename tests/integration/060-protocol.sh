@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 060-protocol — raw NBD protocol cases (tests/integration/nbd_protocol.py):
 # every malformed option and request the interface names gets its exact
 # error reply or a disconnect, data stays untouched, and other connections

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 070-shutdown — SIGTERM under load (fio on 4 connections) stops the server
 # with exit 0 within a few seconds, and on a file backing every write the
 # clients saw acknowledged is in the file; SIGINT when idle likewise; a bad

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 080-format — `ubcache format` and `show-super` against files, checked with
 # bcache-tools in both directions: bcache-super-show reads the backing
 # superblock we write (label, data offset, cache mode, state, checksum

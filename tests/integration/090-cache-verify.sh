@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 090-cache-verify — data integrity through the cache (serve --cache) in
 # each of writethrough, writearound and none:
 #  - fio's nbd engine: 4 connections, random writes of mixed sizes 4k..1M

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 091-cache-hits — a random-read working set smaller than the cache is
 # cached by the first pass and served from the cache by the second:
 #  A. 64 MiB working set on a plain backing file: fio randread 4k, fixed

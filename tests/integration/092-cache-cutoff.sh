@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 092-cache-cutoff — bcache's sequential cutoff:
 #  - bcache's default (4M, --policy bcache): a 64 MiB sequential read (bs 1M, one job, iodepth 4)
 #    bypasses the cache once its stream reaches 4 MiB: the statistics show

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 093-cache-congestion — a slow cache device makes reads bypass (bcache's
 # congested_read_threshold_us); with the thresholds at 0 they don't.
 # The cache device is fault,latency_us=5000:FILE: every cache I/O takes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 094-cache-ext4 — ext4 on a cached export (serve --cache, writethrough and
 # then writearound): nbdfuse exposes the export as a file, losetup makes it
 # /dev/loopN; mkfs.ext4, mount, write files of random data (with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 095-cache-warm-restart — a formatted cache survives a clean restart:
 #  A. format cache + backing, serve, read a 64 MiB random working set once
 #     (fio randread 4k, every block once), SIGTERM: a clean shutdown.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 096-cache-index-bounded — an index several times larger than
 # btree_cache_size stays correct and the daemon's memory stays bounded:
 # a formatted cache (index on the device) served with --btree-cache-size 1M

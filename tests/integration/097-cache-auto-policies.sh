@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 097-cache-auto-policies — the policies ubcache ships (issue 13), against
 # bcache's fixed numbers and against hand tuning:
 #  A. Protection kept. A 16 MiB hot set is read into a 64 MiB cache, then a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 098-service-time-devices — the backing devices ubcache measures are told
 # apart by their numbers alone (issue 13, "know the devices"), and auto
 # congestion decides from those numbers, not from the spec strings.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 100-ublk-roundtrip — `serve --ublk` on a plain backing disk in a qemu guest
 # (vm-run): /dev/ublkbN appears, 16 MiB written with O_DIRECT read back
 # byte-identical and found on the backing disk itself; both data paths

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 101-ublk-cache-ext4 — /dev/ublkb0 over a formatted cache and backing disk
 # (vm-run --disk images formatted on the host), in a qemu guest: 16 MiB
 # O_DIRECT round trip; DISCARD and WRITE_ZEROES ranges read back as zeros

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 102-ublk-recover — user recovery in a qemu guest: fio with verify runs on
 # /dev/ublkb0 (cache + backing disks) while the daemon is killed with
 # kill -9; the device stays, its I/O waits; `serve --recover 0` reattaches

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 103-ublk-errors — every bad case of `serve --ublk` gives one line on
 # stderr and exit 2, in a qemu guest: device id taken (and --recover of a
 # device a live server holds); --recover of a device that does not exist;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 104-nbd-kernel-client — the kernel's own NBD client against our server, in
 # a qemu guest: `serve --nbd unix:...` over a formatted cache and backing
 # disk, `nbd-client -unix` attaches /dev/nbd0; 16 MiB O_DIRECT round trip;

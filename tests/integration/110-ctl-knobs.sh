@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 110-ctl-knobs — `ubcache ctl` against a running daemon:
 #  - show lists every DESIGN.md §4 knob with bcache's default (auto for
 #    sequential_cutoff and the congested thresholds, issue 13);

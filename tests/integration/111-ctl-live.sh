@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 111-ctl-live — knobs set through `ubcache ctl` take effect on the next
 # request, in the same daemon run:
 #  - a 64 MiB sequential read (bs 1M, iodepth 4, as 092 measures it)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 112-ctl-detach — live detach and attach, and cache_mode persistence, on a
 # cache and backing device formatted together (label "disk"):
 #  - `ctl set cache_mode writearound` writes the backing superblock at once

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 113-ctl-stall — statistics reads never stall I/O (issue 5; bcache's
 # Launchpad 1840043), shortened from bench/ctl_stall.sh: a cache of 1M
 # buckets (64 GiB sparse file, 64 KiB buckets), fio 4 KiB randread QD32

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 114-ctl-long-commands — commands that take long never delay other clients'
 # statistics reads, and one connection's replies stay in request order.
 # The backing device answers every I/O after 1.5 s (fault latency), so

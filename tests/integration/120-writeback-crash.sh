@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 120-writeback-crash — kill -9 of the daemon in writeback, many cycles, and
 # after each restart: every acknowledged write reads back exactly, flushed or
 # not (the devices keep what they were given, so a crash of the daemon alone

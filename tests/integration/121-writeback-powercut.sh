@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 121-writeback-powercut — 120's crash cycles as power cuts: both devices sit
 # under the fault layer, the cache as `fault,tear_unflushed=1,seed=N:FILE`
 # and the backing as `sas:fault,tear_unflushed=1,seed=M:FILE`, so every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 122-writeback-rate — the writeback PI controller (bcache's
 # __update_writeback_rate, cache/writeback.h) holds dirty data at its
 # target under a steady write load, and writeback_running pauses it.

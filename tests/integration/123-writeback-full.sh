@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 123-writeback-full — a writeback cache that is full of dirty data keeps
 # serving, correctly, and a flush then writes all of it back.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 124-writeback-flush-detach — the backing superblock's writeback states
 # (bcache's BDEV_STATE_CLEAN / DIRTY / NONE, read back with both
 # `ubcache show-super` and bcache-tools' bcache-super-show), `ctl flush`

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 125-writeback-faults — I/O errors in writeback mode (cache/cached_device.h,
 # cache/writeback.h): what the client sees, and that nothing dirty is lost.
 #

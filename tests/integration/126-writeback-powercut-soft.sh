@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 126-writeback-powercut-soft — 121's power cuts where soft journal entries
 # are exposed: a 1 GiB cache, which the cycles never fill (so no bucket
 # reclaim journals generations, whose PREFLUSH would make every soft entry

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 127-corrupt-metadata — a cache device whose metadata holds random bytes
 # (a bad sector, a stray dd, a hostile image) never crashes `serve` and
 # never makes it serve stale data: it starts cold, or refuses with one

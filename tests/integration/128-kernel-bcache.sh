@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 128-kernel-bcache — the backing superblock's compatibility claim, proven
 # against the real thing: Linux's bcache.ko in a qemu guest.
 #

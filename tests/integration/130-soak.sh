@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 130-soak — hours of load in miniature: 64 NBD connections × QD32 of
 # verified writes and reads (fio crc32c, verify_backlog) in four block sizes
 # from 4 KiB to 1 MiB, against a cached export in each cache mode, with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 140-nbd-tls — NBD over TLS (NBD_OPT_STARTTLS) with real clients, with the
 # credentials nbdkit and qemu-nbd use (certtool's X.509 directories,
 # psktool's PSK files):

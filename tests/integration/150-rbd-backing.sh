@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 150-rbd-backing — `rbd:` backing devices against a real Ceph cluster (one
 # ceph-mon, one memstore ceph-osd on 127.0.0.1, cephx on: tests/ceph/
 # cluster.sh), through librbd, with and without a cache:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 151-rbd-fence — fencing: a ubcache whose rbd: image another client takes
 # over stops serving it and never writes its stale dirty data back, and the
 # next start does nothing with that data until an operator says what

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 152-rbd-crash — 120's kill -9 crash harness over an `rbd:` backing: a
 # formatted cache file in front of an RBD image on a one-node Ceph cluster
 # (tests/ceph/cluster.sh, started by the harness), in writeback. After each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 153-rbd-fs — an `rbd:` backing under real clients in every configuration:
 # without a cache, and with one in each cache mode (writethrough, writeback,
 # writearound, none), each on its own RBD image of a one-node Ceph cluster

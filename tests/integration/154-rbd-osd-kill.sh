@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 154-rbd-osd-kill — the OSD killed (SIGKILL) under an `rbd:` backing: a
 # one-node Ceph cluster whose OSD keeps its data on disk (tests/ceph/
 # cluster.sh with OSD_OBJECTSTORE=bluestore; kill-osd / start-osd), so it

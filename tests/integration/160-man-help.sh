@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 160-man-help — the man pages in doc/man say what the binary says, so
 # neither can change without the other:
 #  1. a page ubcache-CMD.8 for every command `ubcache --help` lists and for

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 161-bash-completion — contrib/bash-completion/ubcache completes what the
 # binary takes. Its function is driven as bash drives it (COMP_WORDS split
 # at COMP_WORDBREAKS, COMP_CWORD, COMP_LINE, COMP_POINT) and each result

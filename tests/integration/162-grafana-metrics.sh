@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 162-grafana-metrics — contrib/grafana/ubcache.json against what the daemon
 # really exposes:
 #  - a writeback daemon (formatted cache and backing) serves /metrics after

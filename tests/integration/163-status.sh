@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 163-status — `ubcache status`, its exact output shape and exit status:
 #  1. no daemon (an empty socket directory): one line, exit 3; --json too;
 #  2. one daemon with two exports, all well: the header, a block per export

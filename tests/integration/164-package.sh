@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 164-package — the Debian package (debian/, issue 16): copies the source
 # tree (git's files, untracked ones not ignored included) into $WORK, builds
 # it with `dpkg-buildpackage -us -uc -b`, runs lintian on the .changes

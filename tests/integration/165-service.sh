@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 165-service — serve as a systemd service runs it (contrib/systemd):
 #  1. --config FILE: options one per line (`name value`, `name=value`,
 #     `--name value`, flags alone, # comments), the command line winning;

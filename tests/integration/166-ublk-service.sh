@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # 166-ublk-service — what ubcache@.service does after a crash, in a qemu
 # guest (busybox: no systemd there, so a shell loop stands in for
 # Restart=on-failure, restarting the unit's exact ExecStart,

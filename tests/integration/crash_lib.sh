@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # crash_lib.sh — the crash harness behind 120-writeback-crash.sh (kill -9)
 # and 121-writeback-powercut.sh (kill -9 = a power cut of both devices).
 # One harness, two entry points: each sets CRASH_POWERCUT (0/1) and

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """crash_writer.py — the writer and the verifier of the crash harness
 (tests/integration/crash_lib.sh; 120-writeback-crash.sh, 121-writeback-powercut.sh).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The control socket's wire protocol, for tests that time the daemon and
 must not pay for starting a `ubcache ctl` process (a sanitized build's
 start-up on a loaded machine takes longer than what they measure).

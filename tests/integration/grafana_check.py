@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks a Grafana dashboard against a Prometheus exposition (test 162).
 
     grafana_check.py DASHBOARD.json METRICS.txt

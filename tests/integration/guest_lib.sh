@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # guest_lib.sh — sourced by guest scripts (busybox sh) that vm_lib.sh's
 # vm_guest runs inside the qemu guest. $UBCACHE is the binary under test.
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # lib.sh — sourced by every tests/integration/NNN-*.sh script.
 #
 # Environment (set by ctest, see tests/CMakeLists.txt):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """nbd_protocol.py — raw-socket NBD protocol test for `ubcache serve`.
 
 Speaks the NBD protocol byte by byte (stdlib only: socket, struct) so it can

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Strict check of Prometheus text exposition format 0.0.4 (stdin or FILE).
 
 Every line is a HELP, a TYPE or a sample; a family's HELP and TYPE come once,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # vm_lib.sh — sourced (after lib.sh) by the tests that need a kernel driver
 # this machine lacks (ublk_drv, nbd): they run a guest script under
 # vm-run, a throw-away qemu guest with Debian's 6.12 kernel.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Time bounds in unit tests are for optimized builds; sanitizers slow code
 // down several times, so a bound is multiplied by kTimingScale there (the
 // tests still check behaviour; only how fast it must be is relaxed).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The BlockDevice contract, checked on every kind of device: RAM, a file
 // through io_uring, a real nbdkit export, fault injection (plain, holding and
 // tearing unflushed writes) and the spindle models.

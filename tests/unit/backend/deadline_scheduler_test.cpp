@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeadlineScheduler's rules, each on a device below that completes only when
 // the test says so, so the order of dispatch is observed exactly; then data
 // and threads through the real spindle model.

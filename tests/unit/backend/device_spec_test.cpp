@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OpenDevice(): the spec grammar, and errors that name the spec.
 #include <catch2/catch.hpp>
 

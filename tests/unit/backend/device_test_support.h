@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers for the backend unit tests: a reactor bound to the test's
 // thread, temp files under /var/tmp, a private nbdkit server, data patterns
 // and a way to submit many requests and turn the reactor until all complete.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/fault_device.h"
 
 #include <catch2/catch.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ModelDevice against the wall clock, only as lower bounds: a request may be
 // late (the machine is busy) but never earlier than the model says.
 #include "backend/model_device.h"

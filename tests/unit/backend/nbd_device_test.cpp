@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NbdDevice specifics, against a real nbdkit; the generic contract is in
 // block_device_test.cpp.
 #include "backend/nbd_device.h"

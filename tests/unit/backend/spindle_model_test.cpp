@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The spindle model's numbers, computed, not timed: DESIGN.md §7 asks for a
 // 10k rpm SAS disk with ~3.5 ms average seek at 180 MB/s, ~150-180 IOPS.
 #include "backend/spindle_model.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several threads at once, as the reactors will call the index: disjoint
 // ranges (each thread checks its own oracle), overlapping ranges (every
 // answer must be some thread's write, never a mix within one block), with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node cache bounds memory, not the index: a million extents in a
 // file-backed store, with a 4 MiB btree_cache_size. Reports bytes per extent
 // on disk and in memory.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Model-based test: millions of random Insert/Invalidate/Lookup operations
 // against a block-by-block oracle, with a node cache so small that nodes are
 // evicted (and written back) on almost every operation, and with checkpoints,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The extent index's contract, case by case: exact trimming and splitting,
 // clipping on lookup, stripes, InsertIfUnchanged, commit/checkpoint/reopen.
 #include "btree/extent_index.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Journal entries and replay: checksums, sequence numbers, the torn tail of a
 // crash, and entries a checkpoint already contains.
 #include <catch2/catch.hpp>

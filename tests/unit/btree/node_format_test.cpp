@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // On-disk node encoding: round trip, and one test per check of the
 // validation cascade, each naming the check that failed first.
 #include "btree/node_format.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The auto policies' rules (cache/admission.h) on synthetic latency streams
 // and bucket counts: deterministic, no devices.
 #include "cache/admission.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BucketAllocator: bcache's buckets (alloc.c). Allocations are contiguous
 // runs in an open bucket tagged with its generation; reclaiming bumps the
 // generation so old pointers go stale; lru/fifo/random choose the victim;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BucketNodeStore (the index's nodes and journal on the cache device), the
 // bucket table, and CacheSet's warm and cold starts over a mem: device.
 #include "cache/bucket_node_store.h"

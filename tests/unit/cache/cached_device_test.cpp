@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CachedDevice over RAM devices: the read and write paths, per mode, and GC.
 #include "cache/cached_device.h"
 

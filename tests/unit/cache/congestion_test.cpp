@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Congestion: bcache's latency-driven score (io.c bch_bbio_count_io_errors,
 // request.c bch_get_congested). Slow cache completions make the cutoff
 // non-zero and shrink it; fast completions and quiet time bring it back to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CacheKnobs: bcache's names and defaults (admin-guide/bcache.rst), names
 // that parse back to what they print, and errors that list the valid names.
 #include "cache/knobs.h"

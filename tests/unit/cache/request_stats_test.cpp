@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RequestStats: per-operation request counters and latency histogram,
 // sharded per reactor. Deterministic; no devices (CachedDevice's use of it
 // is in cached_device_test.cpp).

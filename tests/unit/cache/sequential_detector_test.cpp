@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SequentialDetector: bcache's stream detection. Contiguous I/O builds a
 // run that crosses the cutoff, random I/O does not; streams expire after
 // 5 s of silence; the last 128 streams are remembered, least recently used

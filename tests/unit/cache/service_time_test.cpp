@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ServiceTime on synthetic latency streams: deterministic, no devices.
 #include "cache/service_time.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CacheStats: bcache's request statistics. Counts land in "total" at once;
 // five_minute / hour / day decay with their time constants over simulated
 // time (clock passed in, no sleeping); hit_ratio and Clear as bcache's.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Superblock codecs and device helpers: every field round-trips, every
 // damage is reported by the cascade's exact check, blank is told apart from
 // corrupt, and the backing layout is byte-for-byte bcache's.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writeback's ordering rules, each on devices that drop every write not yet
 // flushed when the power goes (FaultDevice drop_unflushed), so that a rule
 // broken is data lost here:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attribute table: bcache's knobs with bcache's defaults, set/get, and
 // refusals that change nothing.
 #include "control/attributes.h"

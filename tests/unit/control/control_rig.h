@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A cache set over RAM devices with one formatted backing device, and the
 // control Target for it: what the control tests drive.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ControlServer over real sockets: requests, refusals, peer credentials and
 // the HTTP metrics listener.
 #include "control/control_server.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Controller: the commands behind `ubcache ctl`, without a socket.
 #include "control/controller.h"
 

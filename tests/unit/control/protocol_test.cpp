@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control protocol: request lines, reply frames, the HTTP request head.
 #include "control/protocol.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The handshake's TLS policies (off, on, require), driven by a client that
 // encodes options by hand: what is answered before STARTTLS, the switch
 // itself, plaintext injected after it, and haggling starting over in TLS.

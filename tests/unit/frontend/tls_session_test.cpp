@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TlsSession over memory: two sessions handshake by handing each other
 // their ciphertext, then move data both ways; a wrong PSK key or an unknown
 // identity is refused; missing credential files are named. (X.509 with real

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What SET_PARAMS tells the kernel about an export, and the ABI constants
 // that must match Linux's ublk_cmd.h.
 #include <catch2/catch.hpp>
