@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/backing_super.h"
 
+#include <ctime>
+
 namespace ubcache {
 
 BackingSuperblock BackingSuper::Get() const {
@@ -39,6 +41,7 @@ Status BackingSuper::Detach() {
   return Change([](BackingSuperblock& sb) {
     sb.set_uuid = Uuid{};
     sb.state = BackingState::kNone;
+    sb.dirty_since = 0;
   });
 }
 
@@ -47,12 +50,16 @@ Status BackingSuper::SetCacheMode(CacheMode m) {
 }
 
 Status BackingSuper::MarkDirty() {
-  return Change([](BackingSuperblock& sb) { sb.state = BackingState::kDirty; });
+  return Change([](BackingSuperblock& sb) {
+    if (sb.state != BackingState::kDirty) sb.dirty_since = static_cast<uint64_t>(std::time(nullptr));
+    sb.state = BackingState::kDirty;
+  });
 }
 
 Status BackingSuper::MarkClean() {
   return Change([](BackingSuperblock& sb) {
     if (sb.state == BackingState::kDirty) sb.state = BackingState::kClean;
+    sb.dirty_since = 0;
   });
 }
 

@@ -62,6 +62,7 @@ constexpr size_t kLabel = 72;
 constexpr size_t kFlags = 104;
 constexpr size_t kSeq = 112;
 // 120..183: pad[8] (newer kernels: feature_compat/incompat/ro_compat, pad[5])
+constexpr size_t kDirtySince = 144;  // ubcache's, in pad[3]: see BackingSuperblock
 constexpr size_t kDataOffset = 184;  // nbuckets for cache devices
 constexpr size_t kBlockSize = 192;
 constexpr size_t kBucketSize = 194;
@@ -501,6 +502,7 @@ void EncodeBackingSuperblock(const BackingSuperblock& sb, SuperblockBlock b) {
   StoreLE16(p + kBlockSize, sb.block_size);
   StoreLE16(p + kBucketSize, sb.bucket_size);
   StoreLE32(p + kLastMount, sb.last_mount);
+  StoreLE64(p + kDirtySince, sb.dirty_since);
   // first_bucket, keys and d[] are cache-device fields: zero. keys = 0 also
   // keeps bcache-super-show from taking it for an "experimental format".
   StoreLE64(p + kCsum, BackingChecksum(b, 0));
@@ -584,6 +586,7 @@ Result<BackingSuperblock> DecodeBackingSuperblock(ConstSuperblockBlock b, uint64
   sb.block_size = LoadLE16(p + kBlockSize);
   sb.bucket_size = LoadLE16(p + kBucketSize);
   sb.last_mount = LoadLE32(p + kLastMount);
+  sb.dirty_since = LoadLE64(p + kDirtySince);
   UB_RETURN_IF_ERROR(ValidateBackingSuperblock(sb, device_size, device_block_size));
   return sb;
 }

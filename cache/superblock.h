@@ -207,6 +207,11 @@ struct BackingSuperblock {
   uint16_t block_size = 8;    // sectors
   uint16_t bucket_size = 0;   // sectors; unused for backing devices (make-bcache writes 1024)
   uint32_t last_mount = 0;    // unix seconds
+  // Unix seconds when the state last became dirty (BackingSuper::MarkDirty):
+  // the device held every write up to then; what came after may be in part
+  // only in the cache. 0: unknown (not dirty, or written before the field).
+  // In bcache's pad, which the kernel and bcache-tools neither read nor keep.
+  uint64_t dirty_since = 0;
   uint64_t csum = 0;          // as read by Decode; Encode computes its own
 
   uint64_t data_offset_bytes() const { return data_offset * kSectorSize; }

@@ -10,6 +10,7 @@ int ProbeMain(int argc, char** argv);
 int ServeMain(int argc, char** argv);
 int FormatMain(int argc, char** argv);
 int ShowSuperMain(int argc, char** argv);
+int ForgetCacheMain(int argc, char** argv);
 int CtlMain(int argc, char** argv);
 int StatusMain(int argc, char** argv);
 

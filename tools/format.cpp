@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// ubcache format / show-super: write and print superblocks.
+// ubcache format / show-super / forget-cache: write and print superblocks.
 //
 // format lays out a cache device (ubcache's own superblock, zeroed journal
 // and metadata area) and/or a backing device (bcache's backing superblock,
@@ -7,6 +7,9 @@
 // superblock carries the cache's set uuid, state clean. It never overwrites
 // an existing superblock without --force, and checks every device before
 // writing any, so a refusal leaves nothing half-formatted.
+//
+// forget-cache detaches a backing device from a cache that is lost, after
+// saying what the device holds without it (ForgetCacheMain).
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +24,7 @@
 #include "backend/reactor.h"
 #include "backend/sync_io.h"
 #include "btree/extent_index.h"
+#include "cache/backing_super.h"
 #include "cache/superblock.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -463,6 +467,8 @@ void PrintBacking(const BackingSuperblock& sb, bool json) {
   f.Num("block_size", sb.block_size_bytes());
   f.Num("bucket_size_sectors", sb.bucket_size);
   f.Num("last_mount", sb.last_mount);
+  f.Num("dirty_since", sb.dirty_since);
+  f.Str("dirty_since_utc", sb.dirty_since ? TimeString(sb.dirty_since) : "none");
   f.Print(json);
 }
 
@@ -501,6 +507,71 @@ int ShowSuperMain(int argc, char** argv) {
     }
   }
   return kExitFailed;
+}
+
+}  // namespace ubcache
+
+namespace ubcache {
+
+// forget-cache: the way back for a backing device whose cache is gone (a
+// dead SSD, a cache file lost). `serve --backing` refuses a dirty device, as
+// it must while its cache may still come back; this says what the device
+// holds without the cache and, with --yes, detaches it so it serves alone.
+int ForgetCacheMain(int argc, char** argv) {
+  Args args("forget-cache", "SPEC [--yes]",
+            "For a backing device whose cache is lost: reads its superblock, says how\n"
+            "old its data is and whether it is consistent, and with --yes detaches it\n"
+            "from its cache (state none), so 'serve --backing SPEC' serves it alone.\n"
+            "Whatever was dirty in the cache is lost. Offline only: stop the daemon\n"
+            "that serves it first. Exit status 2 without --yes (nothing changed).");
+  args.Flag("yes", "detach it: the cache's dirty data is given up").Epilog(DeviceSpecHelp());
+  args.Parse(argc - 1, argv + 1);
+  if (args.positional().size() != 1) args.UsageError("expected exactly one device spec");
+  bool yes = args.Has("yes");
+
+  auto reactor = BindReactor();
+  auto dev = Open(args.positional()[0], !yes);
+  auto kind = Probe(*dev);
+  if (!kind.ok()) DieWith(kind.status());
+  if (*kind == SuperblockKind::kCache)
+    Die(kExitBadInput, dev->spec() + ": a ubcache cache device; forget-cache takes the backing device");
+  if (*kind == SuperblockKind::kNone)
+    Die(kExitBadInput, dev->spec() + ": no bcache backing superblock (an unformatted device has no cache to forget)");
+  auto sb = ReadBackingSuperblock(*dev);
+  if (!sb.ok()) DieWith(sb.status());
+
+  const std::string& spec = dev->spec();
+  std::printf("%s: bcache backing device, uuid %s, label '%s', state %s\n", spec.c_str(),
+              FormatUuid(sb->uuid).c_str(), sb->label.c_str(), BackingStateName(sb->state));
+  if (sb->state == BackingState::kNone) {
+    std::printf("already detached from any cache: 'ubcache serve --backing %s' serves it alone\n",
+                spec.c_str());
+    return 0;
+  }
+  std::printf("attached to cache set %s\n", FormatUuid(sb->set_uuid).c_str());
+  if (sb->state == BackingState::kDirty) {
+    // Writeback leaves the cache in address order (bcache's order): between
+    // two passes the device may hold a newer block without an older one
+    // that a filesystem wrote before it.
+    std::printf("its cache held data not yet written back: writes since %s are lost or on the\n"
+                "device only in part, written back in address order (lba), so newer blocks may\n"
+                "be there without older ones they depend on. The device held every write\n"
+                "acknowledged before then. A filesystem on it may be inconsistent: run fsck\n"
+                "before mounting it; a database, its own recovery.\n",
+                sb->dirty_since ? TimeString(sb->dirty_since).c_str() : "an unrecorded time");
+  } else {
+    std::printf("its cache held no dirty data for it: nothing is lost\n");
+  }
+  if (!yes) {
+    std::printf("nothing changed: run again with --yes to detach it from its cache\n");
+    return kExitBadInput;
+  }
+  BackingSuper super(dev.get(), *sb);
+  if (Status st = super.Detach(); !st.ok()) Die(kExitFailed, spec + ": " + st.ToString());
+  std::printf("detached: 'ubcache serve --backing %s' serves it alone, and with a new\n"
+              "formatted --cache it is cached again\n",
+              spec.c_str());
+  return 0;
 }
 
 }  // namespace ubcache

@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"serve", "serve a device (or a cache in front of one) over NBD and/or as ublk /dev/ublkbN", ubcache::ServeMain},
     {"format", "write a cache or backing superblock (bcache layout for backing)", ubcache::FormatMain},
     {"show-super", "print every field of a cache or backing superblock", ubcache::ShowSuperMain},
+    {"forget-cache", "detach a backing device whose cache is lost, saying what it holds", ubcache::ForgetCacheMain},
     {"ctl", "control a running serve: knobs, statistics, metrics, detach/attach", ubcache::CtlMain},
     {"status", "every running serve on this machine and its exports, at a glance", ubcache::StatusMain},
     {"probe", "measure a device: random IOPS, sequential MB/s, latency", ubcache::ProbeMain},

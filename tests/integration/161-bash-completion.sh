@@ -83,7 +83,7 @@ help_options() {  # CMD — every option name of `ubcache CMD --help`
 
 # ---- 1. commands, global options ----
 mapfile -t commands < <("$UBCACHE" --help | sed -n '/^Commands:/,/^$/p' | awk 'NR > 1 && NF { print $1 }')
-((${#commands[@]} == 6)) || fail "ubcache --help lists ${#commands[@]} commands: ${commands[*]}"
+((${#commands[@]} >= 7)) || fail "ubcache --help lists ${#commands[@]} commands: ${commands[*]}"
 expect "ubcache " "${commands[@]}"
 expect "ubcache s" serve show-super status
 expect "ubcache --" --log-level --version --help
