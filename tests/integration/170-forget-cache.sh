@@ -6,7 +6,7 @@
 #     written back (0xa1, `ctl flush`); then, writeback stopped, block 0
 #     overwritten (0xb2) and block 1 MiB written (0xc3), FLUSHed; show-super
 #     says dirty with dirty_since inside the seconds of that write. kill -9,
-#     and the cache file is deleted.
+#     and the cache file is taken away.
 #  2. `serve --backing` alone refuses (exit 2, "dirty"). forget-cache
 #     without --yes: exit 2, a report naming the state dirty, the
 #     dirty_since time in UTC, fsck and "nothing changed"; the superblock
@@ -16,7 +16,9 @@
 #     [detached]). Served alone, block 0 reads 0xa1 (what writeback left)
 #     and block 1 MiB zeros; forget-cache again says already detached.
 #  4. A new formatted cache caches it again: served with it, block 0 is
-#     still 0xa1.
+#     still 0xa1. The lost cache, back after all, does not resurrect its
+#     old dirty data: served with it, blocks 0 and 1 MiB read 0xa1 and
+#     zeros, and the backing file still holds 0xa1 after it stopped.
 #  5. A clean device: forget-cache reports nothing lost (exit 2 without
 #     --yes), detaches with --yes.
 #  6. Refusals: the cache device itself, an unformatted file (exit 2).
@@ -46,7 +48,7 @@ since=$(sb dirty_since)
 kill -KILL "$SERVER_PID"
 wait "$SERVER_PID" 2>/dev/null || true
 SERVER_PID=""
-rm -f "$CACHE"
+mv "$CACHE" "$WORK/lost-cache.img"
 log "1: dirty since $since ($(sb dirty_since_utc)); cache lost"
 
 # ---- 2: refused alone; the report without --yes changes nothing ----
@@ -90,6 +92,14 @@ start_server --cache "$WORK/cache2.img" --backing "$BACKING" --nbd "unix:$SOCK" 
 qio "4 with a new cache" "read -P 0xa1 0 4k" "read -P 0xa1 0 4k"
 stop_server
 log "4: state $(sb state) with the new cache"
+start_server --cache "$WORK/lost-cache.img" --backing "$BACKING" --cache-mode writeback --nbd "unix:$SOCK" \
+  --control "$CTL_SOCK"
+qio "4 the lost cache, back" "read -P 0xa1 0 4k" "read -P 0 1M 4k"
+timeout 60 "$UBCACHE" ctl --control "$CTL_SOCK" flush >/dev/null 2>&1 || fail "4: ctl flush with the lost cache"
+stop_server
+start_server --backing "$BACKING" --nbd "unix:$SOCK"
+qio "4 nothing of the lost cache was written back" "read -P 0xa1 0 4k" "read -P 0 1M 4k"
+stop_server
 
 # ---- 5: a clean device loses nothing ----
 truncate -s 64M "$WORK/c3.img" "$WORK/b3.img"
