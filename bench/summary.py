@@ -815,7 +815,138 @@ def r_rbd(d, plots):
     return out + ([f"![rbd]({p})", ""] if p else [])
 
 
-RENDER = {"observability": r_observability, "writeback": r_writeback, "peers": r_peers, "latency": r_latency,
+DP_LABEL = {"raw": "raw file, fio io_uring O_DIRECT", "file": "`serve --backing FILE`",
+            "hit": "cache hit (`--cache`, warm)", "qemu-nbd": "qemu-nbd `--aio=io_uring --cache=none`",
+            "mem": "`serve --backing mem:`", "nbdkit": "nbdkit memory", "null": "nbdkit null",
+            "wb": "ubcache writeback over a file"}
+
+
+def _dp_table(wl, rows_of):
+    """One table, the workloads' configurations as columns (the issues' shape);
+    rows_of: [(row label, workload, cell -> text)]."""
+    configs = wl[rows_of[0][1]]["configs"]
+    rows = [[label] + [fn(wl[w]["cells"][c], c) for c in configs] for label, w, fn in rows_of]
+    return table(["", *(DP_LABEL.get(c, c) for c in configs)], rows)
+
+
+def _dp_cell(key, f, unit=""):
+    def fn(cell, c):
+        m, r = cell["median"].get(key), cell["range"].get(key)
+        if m is None:
+            return "—"
+        return f"{f(m)}{unit}" + (f" ({frange(r, f)})" if r and r[0] != r[1] else "")
+    return fn
+
+
+def _dp_ratio(cell, c):
+    x = cell.get("ratio_to_raw")
+    if c == "raw" or not x or x["median"] is None:
+        return "1" if c == "raw" else "—"
+    return f"{f2(x['median'])}×" + (f" ({frange(x['range'])})" if x["range"][0] != x["range"][1] else "")
+
+
+def _dp_rate(metric):
+    return _dp_cell("iops", lambda v: f"{v / 1e3:.1f}k") if metric == "iops" else _dp_cell("gbps", f2)
+
+
+def _dp_rows(w, name, metric):
+    us = _dp_cell("server_cpu_us_per_io", f1)
+    return [(f"{name}: {'IOPS' if metric == 'iops' else 'GB/s'}", w, _dp_rate(metric)),
+            (f"{name}: × raw file", w, _dp_ratio),
+            (f"{name}: p50 µs", w, _dp_cell("p50_us", f0)),
+            (f"{name}: p99 µs", w, _dp_cell("p99_us", f0)),
+            (f"{name}: server CPU µs per request", w, lambda cell, c: "—" if c == "raw" else us(cell, c))]
+
+
+def r_datapath(d, plots):
+    cfg, wl = d["config"], d["workloads"]
+    sv = cfg.get("servers", {})
+    out = [f"fio against each configuration, {cfg['seconds']} s per run, {cfg['rounds']} round(s): each round drives "
+           "every configuration of a workload once, the order rotated by one per round. "
+           f"{cfg['size_bytes'] >> 20} MiB files of fio-written data; caches {cfg['cache_bytes'] >> 20} MiB. "
+           "NBD configurations through fio's nbd engine (libnbd, one connection over a Unix socket); latency is "
+           "the total (submit to completion). Server CPU per request: the server process's utime+stime "
+           "(/proc/PID/stat, 10 ms ticks) over the run ÷ fio's requests. × raw file: this configuration's "
+           "rate over the raw file's in the same round. Cells: median (min–max over rounds).", "",
+           "Servers: " + "; ".join(f"{k}: `{v}`" for k, v in sv.items()) + ".", "",
+           "### 4 KiB random read", ""]
+    out += _dp_table(wl, _dp_rows("randread_4k_qd1", "QD1", "iops") + _dp_rows("randread_4k_qd32", "QD32", "iops"))
+    out += ["### 1 MiB sequential read, QD8", ""]
+    out += _dp_table(wl, _dp_rows("read_1m_qd8", "QD8", "gbps"))
+    out += ["### Writes: 4 KiB random write QD32, 1 MiB sequential write QD8", "",
+            "The raw file here is a file of its own (the data file is being served); ubcache's writeback "
+            "configuration writes into a formatted cache over a file backing device (sequential cutoff and "
+            "congestion thresholds 0, so every write goes to the cache); its background writeback runs as it "
+            "would, during the runs that follow.", ""]
+    out += _dp_table(wl, _dp_rows("randwrite_4k_qd32", "4 KiB QD32", "iops") + _dp_rows("write_1m_qd8", "1 MiB QD8", "gbps"))
+    busy = [r["machine"] for x in wl.values() for cell in x["cells"].values() for r in cell["runs"]
+            if r and r.get("machine")]
+    if busy:
+        out += [f"Machine during the runs (median over runs): {f0(med([b['busy_pct'] for b in busy]))}% of all CPUs "
+                f"busy, steal {f1(med([b['steal_pct'] for b in busy]))}%, iowait "
+                f"{f1(med([b['iowait_pct'] for b in busy]))}%.", ""]
+    h, wb = d.get("hit_counters"), d.get("writeback_counters")
+    if h:
+        out += [f"The cache-hit daemon's counters over the measured reads: {h.get('stats_total/cache_hits', 0)} hits, "
+                f"{h.get('stats_total/cache_misses', 0)} misses (hit ratio {f1(h.get('hit_pct'))} %); a ratio below "
+                "~100 % means its row measured misses too.", ""]
+    else:
+        out += ["The cache-hit daemon's counters could not be read: its hit ratio is unknown.", ""]
+    if wb:
+        e = wb.get("end", {})
+        out += [f"The writeback daemon over the runs: {f0((wb.get('stats_total/bypassed') or 0) / (1 << 20))} MiB "
+                f"bypassed the cache, {wb.get('cache_full_bypasses', 0)} requests bypassed for a full cache; "
+                f"{f0((wb.get('writeback_written') or 0) / (1 << 20))} MiB written back; at the end "
+                f"{f0((e.get('dirty_data') or 0) / (1 << 20))} MiB dirty, {e.get('cache_available_percent', '?')} % "
+                "of the cache available.", ""]
+    out += ["### Acceptance (issues 28 and 29), judged from this run's medians", ""]
+    for b in d.get("bars", []):
+        v = "INFO" if b.get("info") else ("—" if b["pass"] is None else ("PASS" if b["pass"] else "MISS"))
+        out.append(f"    {v} issue {b['issue']}: {b['bar']} — {b['shown'] or 'not measured'}")
+    out += [""]
+    if d.get("quick_note"):
+        out += [d["quick_note"], ""]
+    out += _dp_ublk(d)
+    bars = [(f"{c} {w.split('_')[0]} {w.split('_', 1)[1]}", x["cells"][c]["ratio_to_raw"]["median"],
+             x["cells"][c]["ratio_to_raw"]["range"], None)
+            for w, x in wl.items() for c in x["configs"][1:] if c in ("file", "hit", "wb")]
+    p = plots.ratio_bars("datapath", "datapath: × the raw file in the same round", bars)
+    return out + ([f"![datapath]({p})", ""] if p else [])
+
+
+UB_LABEL = {"ublk-mem": "`serve --ublk`, mem:", "ublk-file": "`serve --ublk`, file (a virtio disk)",
+            "nbd-mem": "`serve --nbd`, mem:", "nbd-file": "`serve --nbd`, file (a virtio disk)"}
+
+
+def _dp_ublk(d):
+    u = d.get("ublk")
+    if not d.get("ublk_requested"):
+        return ["ublk frontend: not run (DATAPATH_UBLK=1 runs bench/ublk_datapath.sh: the same requests on "
+                "`serve --ublk` beside `serve --nbd` in a qemu guest).", ""]
+    if not u:
+        return ["ublk frontend: requested, but bench/ublk_datapath.sh left no result (see the log).", ""]
+    out = ["### ublk frontend in a qemu guest — functional timings only", "",
+           f"{u.get('note', '')} fio inside the guest: {u.get('fio', '')}; {u.get('seconds')} s per run, "
+           f"{u.get('rounds')} round(s), configurations alternated. Server CPU per request as above, measured in "
+           "the guest. Cells: median (min–max).", ""]
+    configs = u["configs"]
+    rows = []
+    for w, label in (("randread_4k_qd1", "4 KiB randread QD1"), ("randread_4k_qd32", "4 KiB randread QD32"),
+                     ("randwrite_4k_qd32", "4 KiB randwrite QD32")):
+        cells = u["workloads"].get(w, {})
+        for key, name, f in (("iops", "IOPS", f0), ("p50_us", "p50 µs", f0),
+                             ("server_cpu_us_per_io", "server CPU µs per request", f1)):
+            row = [f"{label}: {name}"]
+            for c in configs:
+                x = cells.get(c)
+                m, r = (x["median"].get(key), x["range"].get(key)) if x else (None, None)
+                row.append("—" if m is None else f"{f(m)}" + (f" ({frange(r, f)})" if r and r[0] != r[1] else ""))
+            rows.append(row)
+    out += table(["", *(UB_LABEL.get(c, c) for c in configs)], rows)
+    return out
+
+
+RENDER = {"observability": r_observability, "datapath": r_datapath, "writeback": r_writeback, "peers": r_peers, "latency": r_latency,
           "fairness": r_fairness, "scaling": r_scaling,
           "tuning": r_tuning, "rbd": r_rbd}
 

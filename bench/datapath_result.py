@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The datapath suite's result.json (bench/suites/datapath.sh): per workload
+and configuration the rounds' fio numbers and server CPU, their medians and
+min–max, the ratio to the raw file per round, and issues 28's and 29's
+acceptance bars judged from the medians.
+
+  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON
+
+RAW holds what the suite's `measured` runs left (fio-W-C-R.json,
+cpu-W-C-R.tsv, stat-W-C-R.txt, show-DAEMON-N.json). Exit 1 when a run's
+output is missing or unreadable."""
+import json
+import statistics
+import sys
+
+from benchlib import cpu_of, load
+
+WORKLOADS = {  # name: (fio direction, metric, configurations)
+    "randread_4k_qd1": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "mem", "nbdkit", "null"]),
+    "randread_4k_qd32": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "mem", "nbdkit", "null"]),
+    "read_1m_qd8": ("read", "gbps", ["raw", "file", "hit", "qemu-nbd", "mem", "nbdkit", "null"]),
+    "randwrite_4k_qd32": ("write", "iops", ["raw", "wb", "mem", "nbdkit", "null"]),
+    "write_1m_qd8": ("write", "gbps", ["raw", "wb", "mem", "nbdkit", "null"]),
+}
+KEYS = ("iops", "gbps", "p50_us", "p99_us", "server_cpu_us_per_io", "fio_cpu_pct")
+bad = 0
+
+
+def one(raw, w, c, r):
+    global bad
+    tag = f"{w}-{c}-{r}"
+    j = load(f"{raw}/fio-{tag}.json", "datapath")
+    if not j or not j.get("jobs") or j["jobs"][0].get("error"):
+        bad += 1
+        return None
+    job = j["jobs"][0]
+    d = job[WORKLOADS[w][0]]
+    pct = d.get("lat_ns", {}).get("percentile") or d.get("clat_ns", {}).get("percentile", {})
+    run = {"iops": d["iops"], "gbps": d["bw_bytes"] / 1e9, "ios": d["total_ios"],
+           "p50_us": pct.get("50.000000", 0) / 1e3, "p99_us": pct.get("99.000000", 0) / 1e3,
+           "fio_cpu_pct": (job.get("usr_cpu") or 0) + (job.get("sys_cpu") or 0)}
+    run.update(cpu_of(raw, tag, server=c != "raw"))
+    if run.get("server_cpu_pct") is not None and run.get("wall_s") and d["total_ios"]:
+        run["server_cpu_us_per_io"] = run["server_cpu_pct"] / 100 * run["wall_s"] / d["total_ios"] * 1e6
+    try:
+        run["command"] = open(f"{raw}/fio-{tag}.cmd").read().strip()
+    except OSError:
+        pass
+    return run
+
+
+def med(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+
+def span(v):
+    v = [x for x in v if x is not None]
+    return [min(v), max(v)] if v else None
+
+
+def counters(raw, daemon, keys):
+    """KEY: the change of each of the daemon's counters between show 0 and 1."""
+    a, b = load(f"{raw}/show-{daemon}-0.json", "datapath"), load(f"{raw}/show-{daemon}-1.json", "datapath")
+    if not a or not b:
+        return None
+    out = {k: b[k] - a.get(k, 0) for k in keys if isinstance(b.get(k), (int, float))}
+    out["end"] = {k: b[k] for k in ("dirty_data", "cache_available_percent", "cache_mode") if k in b}
+    return out
+
+
+def main():
+    global bad
+    raw, dst, rounds, seconds, size, cache_bytes, versions, servers, ublk, ublk_json = sys.argv[1:11]
+    rounds = int(rounds)
+    out = {}
+    for w, (_, metric, configs) in WORKLOADS.items():
+        cells = {}
+        for c in configs:
+            runs = [one(raw, w, c, r) for r in range(1, rounds + 1)]
+            ok = [x for x in runs if x]
+            cells[c] = {"runs": runs, "median": {k: med([x.get(k) for x in ok]) for k in KEYS},
+                        "range": {k: span([x.get(k) for x in ok]) for k in KEYS}}
+        for c in configs[1:]:
+            v = [a[metric] / b[metric] for a, b in zip(cells[c]["runs"], cells["raw"]["runs"])
+                 if a and b and b[metric]]
+            cells[c]["ratio_to_raw"] = {"per_round": v, "median": med(v), "range": span(v)}
+        out[w] = {"metric": metric, "configs": configs, "cells": cells}
+
+    def m(w, c, k):
+        return out[w]["cells"][c]["median"][k]
+
+    def per_round(w, a, b, k):
+        v = [x[k] / y[k] for x, y in zip(out[w]["cells"][a]["runs"], out[w]["cells"][b]["runs"])
+             if x and y and y[k]]
+        return med(v), span(v)
+
+    bars = []
+
+    def bar(issue, text, value, limit, ok, shown, info=False):
+        bars.append({"issue": issue, "bar": text, "value": value, "limit": limit, "shown": shown, "info": info,
+                     "pass": None if value is None or limit is None else bool(ok(value, limit))})
+
+    ge = lambda v, l: v >= l
+    le = lambda v, l: v <= l
+    lt = lambda v, l: v < l
+    for c, name in (("hit", "cache hit"), ("file", "`serve --backing FILE`")):
+        v, rg = per_round("randread_4k_qd32", c, "raw", "iops")
+        bar(28, f"4 KiB randread QD32: {name} ≥ 0.85× the raw file", v, 0.85, ge,
+            f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+    v, rg = per_round("randread_4k_qd32", "hit", "qemu-nbd", "iops")
+    bar(28, "4 KiB randread QD32: cache hit / qemu-nbd (the fallback bar ≥ 1.25×, which needs the issue's "
+        "experiment to apply)", v, 1.25, ge, f"{v:.2f}×" if v is not None else None, info=True)
+    w = "randread_4k_qd1"
+    h, rw, mm, q = (m(w, c, "p50_us") for c in ("hit", "raw", "mem", "qemu-nbd"))
+    lim = rw + mm + 5 if rw is not None and mm is not None else None
+    bar(28, "4 KiB randread QD1: cache-hit p50 ≤ raw p50 + mem: p50 + 5 µs", h, lim, le,
+        f"{h:.1f} µs against {rw:.1f} + {mm:.1f} + 5 = {lim:.1f} µs" if h is not None and lim is not None else None)
+    bar(28, "4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50", h, q, lt,
+        f"{h:.1f} µs against {q:.1f} µs" if h is not None and q is not None else None)
+    w = "read_1m_qd8"
+    v, rg = per_round(w, "hit", "file", "gbps")
+    bar(28, "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`", v, 0.95, ge,
+        f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+    hc, fc = m(w, "hit", "server_cpu_us_per_io"), m(w, "file", "server_cpu_us_per_io")
+    bar(28, "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's", hc / fc if hc and fc else None,
+        1.2, le, f"{hc:.0f} µs against {fc:.0f} µs ({hc / fc:.2f}×)" if hc and fc else None)
+    v, rg = per_round("randwrite_4k_qd32", "wb", "raw", "iops")
+    bar(29, "4 KiB randwrite QD32: writeback over a file ≥ 0.85× the raw file", v, 0.85, ge,
+        f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+    wc = m("randwrite_4k_qd32", "wb", "server_cpu_us_per_io")
+    bar(29, "4 KiB randwrite QD32: server CPU per writeback write ≤ 8 µs", wc, 8.0, le,
+        f"{wc:.1f} µs" if wc is not None else None)
+    v, rg = per_round("write_1m_qd8", "wb", "raw", "gbps")
+    bar(29, "1 MiB seq write QD8: writeback ≥ 0.8× the raw file", v, 0.8, ge,
+        f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+
+    hit = counters(raw, "hit", ("stats_total/cache_hits", "stats_total/cache_misses",
+                                "stats_total/cache_bypass_hits", "stats_total/cache_bypass_misses"))
+    if hit:
+        h, mi = hit.get("stats_total/cache_hits", 0), hit.get("stats_total/cache_misses", 0)
+        hit["hit_pct"] = 100.0 * h / (h + mi) if h + mi else None
+    else:
+        bad += 1
+    wb = counters(raw, "wb", ("stats_total/bypassed", "sequential_bypasses", "congested_bypasses",
+                              "cache_full_bypasses", "writeback_written"))
+    if not wb:
+        bad += 1
+    ub = None
+    if ublk == "1":
+        ub = load(ublk_json, "datapath") if ublk_json else None
+        if ub is None:
+            bad += 1
+    doc = {"config": {"rounds": rounds, "seconds": int(seconds), "size_bytes": int(size),
+                      "cache_bytes": int(cache_bytes), "versions": versions,
+                      "servers": dict(l.split("=", 1) for l in servers.splitlines() if "=" in l),
+                      "order": "each round drives every configuration of a workload once, rotated by one per round",
+                      "fio": "--time_based --randrepeat=0 --norandommap --lat_percentiles=1 (total latency)"},
+           "workloads": out, "bars": bars, "hit_counters": hit, "writeback_counters": wb,
+           "ublk": ub, "ublk_requested": ublk == "1"}
+    json.dump(doc, open(dst, "w"), indent=2)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# datapath — what each server adds between io_uring and the client (issue
+# 28 items 2 and 3, issue 29's acceptance rows). fio against every
+# configuration below, one workload at a time; per cell IOPS or GB/s, p50
+# and p99 of the total latency, the server's CPU per request (utime+stime
+# of its process from /proc/PID/stat over the run ÷ fio's requests) and
+# the ratio to the raw file in the same round.
+#   raw       fio io_uring --direct=1 on the data file itself (reads) or on
+#             a file of its own (writes): the disk, no server
+#   file      ubcache serve --backing DATA --read-only: a plain file export
+#   hit       ubcache serve --cache C --backing B (sequential cutoff and
+#             congestion thresholds 0), all of B made resident by one
+#             sequential read first: every read a cache hit
+#   qemu-nbd  qemu-nbd --read-only --cache=none --aio=io_uring on DATA
+#   mem       ubcache serve --backing mem:SIZE (written in full first)
+#   nbdkit    nbdkit memory SIZE (written in full first)
+#   null      nbdkit null SIZE: no I/O at all, the protocol and fio's client
+#   wb        ubcache serve --cache C2 --backing B2 --cache-mode writeback
+#             (formatted; cutoff and thresholds 0): writes land in the cache
+# Workloads: 4 KiB randread QD1 and QD32, 1 MiB sequential read QD8 (raw,
+# file, hit, qemu-nbd, mem, nbdkit, null); 4 KiB randwrite QD32 and 1 MiB
+# sequential write QD8 (raw, wb, mem, nbdkit, null). NBD configurations go
+# through fio's nbd engine (libnbd, one connection). Every server is up for
+# the whole run; each round drives every configuration of a workload once,
+# the order rotated by one per round (A B C, B C A, ...). Files are SIZE of
+# fio-written (random) data on $WORK. The hit daemon's counters around the
+# measured reads give the hit ratio.
+# DATAPATH_UBLK=1 also runs bench/ublk_datapath.sh: the same requests on
+# `serve --ublk` beside `serve --nbd` in a qemu guest (vm-run; emulated, so
+# functional timings only), into ublk.json.
+# Environment: DP_SECONDS (10; --quick 1), DP_ROUNDS (2), DP_SIZE (1G;
+# --quick 256M), DATAPATH_UBLK (0), FILL (1; --quick 0: files of the right
+# size are reused).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+FIO=${FIO:-fio}
+NBDKIT=${NBDKIT:-nbdkit}
+QEMU_NBD=${QEMU_NBD:-qemu-nbd}
+PYTHON=${PYTHON:-python3}
+if [[ $QUICK == 1 ]]; then d_s=1 d_size=256M FILL=${FILL:-0}; else d_s=10 d_size=1G; fi
+SECONDS_PER=${DP_SECONDS:-$d_s}
+ROUNDS=${DP_ROUNDS:-2}
+SIZE=${DP_SIZE:-$d_size}
+UBLK=${DATAPATH_UBLK:-0}
+export FILL=${FILL:-1}
+
+for t in "$FIO" "$NBDKIT" "$QEMU_NBD" "$PYTHON"; do command -v "$t" >/dev/null || { echo "datapath: $t not found" >&2; exit 2; }; done
+"$FIO" --enghelp 2>/dev/null | grep -qw nbd || { echo "datapath: this fio has no nbd engine" >&2; exit 2; }
+[[ $SECONDS_PER =~ ^[1-9][0-9]*$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "datapath: DP_SECONDS and DP_ROUNDS are positive integers" >&2; exit 2; }
+size=$(to_bytes "$SIZE")
+# A backing device's data starts after its 8 KiB superblock: one MiB more
+# keeps every export at least SIZE long. Caches are twice SIZE, so all of a
+# backing device fits with room for the index and the writes' garbage.
+backing_bytes=$(( size + (1 << 20) ))
+cache_bytes=$(( size * 2 ))
+
+DATA=$WORK/datapath-data.img
+RAWW=$WORK/datapath-raw-write.img
+HIT_CACHE=$WORK/datapath-hit-cache.img
+HIT_BACKING=$WORK/datapath-hit-backing.img
+WB_CACHE=$WORK/datapath-wb-cache.img
+WB_BACKING=$WORK/datapath-wb-backing.img
+bench_setup datapath
+trap 'mkdir -p "$SUITE_DIR/fio"; cp "$raw"/fio-*.json "$raw"/*.log "$raw"/*.cmd "$raw"/show-*.json "$SUITE_DIR/fio/" 2>/dev/null; bench_cleanup' EXIT
+
+bench_progress "files: $SIZE of data each, caches $(( cache_bytes >> 20 )) MiB, under $WORK"
+fill_file "$DATA" "$size"
+fill_file "$RAWW" "$size"
+fill_file "$HIT_BACKING" "$backing_bytes"
+fill_file "$WB_BACKING" "$backing_bytes"
+# The caches are filled too: a write into an unwritten extent costs the
+# filesystem a conversion the raw file's writes do not pay.
+fill_file "$HIT_CACHE" "$cache_bytes"
+fill_file "$WB_CACHE" "$cache_bytes"
+"$UBCACHE" format --cache "$HIT_CACHE" --backing "$HIT_BACKING" --force >"$raw/format-hit.log" 2>&1 ||
+  { cat "$raw/format-hit.log" >&2; die "ubcache format (hit) failed"; }
+"$UBCACHE" format --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback --force \
+  >"$raw/format-wb.log" 2>&1 || { cat "$raw/format-wb.log" >&2; die "ubcache format (writeback) failed"; }
+
+tuned=(--sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0)
+start_server file "$UBCACHE" serve --backing "$DATA" --read-only --nbd "unix:$raw/file.sock" ||
+  die "ubcache serve (file export) failed to start"
+start_server hit "$UBCACHE" serve --cache "$HIT_CACHE" --backing "$HIT_BACKING" "${tuned[@]}" \
+  --nbd "unix:$raw/hit.sock" --control "$raw/hit.ctl" || die "ubcache serve (cache) failed to start"
+start_server wb "$UBCACHE" serve --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback "${tuned[@]}" \
+  --nbd "unix:$raw/wb.sock" --control "$raw/wb.ctl" || die "ubcache serve (writeback) failed to start"
+start_server mem "$UBCACHE" serve --backing "mem:$size" --nbd "unix:$raw/mem.sock" ||
+  die "ubcache serve (mem:) failed to start"
+start_server qemu-nbd "$QEMU_NBD" --read-only --cache=none --aio=io_uring --format=raw --shared=8 --persistent \
+  --socket="$raw/qemu-nbd.sock" "$DATA" || die "qemu-nbd failed to start"
+start_server nbdkit "$NBDKIT" -f --exit-with-parent -U "$raw/nbdkit.sock" memory "$size" ||
+  die "nbdkit memory failed to start"
+start_server null "$NBDKIT" -f --exit-with-parent -U "$raw/null.sock" null "$size" ||
+  die "nbdkit null failed to start"
+for _ in $(seq 100); do [[ -S $raw/hit.ctl && -S $raw/wb.ctl ]] && break; sleep 0.05; done
+
+# seq_pass NAME RW: one sequential 1 MiB pass over the export NAME.
+seq_pass() {
+  "$FIO" --name="$2-$1" --ioengine=nbd --uri="${URI[$1]}" --rw="$2" --bs=1m --iodepth=8 --size="$size" \
+    --output-format=terse >"$raw/$2-$1.out" 2>&1 || { cat "$raw/$2-$1.out" >&2; die "fio $2 pass over $1 failed"; }
+}
+bench_progress "writing mem: and nbdkit memory in full; reading $SIZE into the cache"
+seq_pass mem write
+seq_pass nbdkit write
+seq_pass hit read
+# The cache writes of the warm-up finish after the reads are answered.
+sleep 1
+
+common=(--time_based --runtime="$SECONDS_PER" --randrepeat=0 --norandommap --lat_percentiles=1
+        --percentile_list=50:99 --output-format=json --size="$size")
+# Workload name -> fio's rw, bs, iodepth.
+declare -A WL=([randread_4k_qd1]="randread 4k 1" [randread_4k_qd32]="randread 4k 32" [read_1m_qd8]="read 1m 8"
+               [randwrite_4k_qd32]="randwrite 4k 32" [write_1m_qd8]="write 1m 8")
+workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_1m_qd8)
+read_configs=(raw file hit qemu-nbd mem nbdkit null)
+write_configs=(raw wb mem nbdkit null)
+
+run_one() {  # run_one WORKLOAD CONFIG ROUND
+  local w=$1 c=$2 r=$3 tag="$1-$2-$3" rw bs qd args=()
+  read -r rw bs qd <<<"${WL[$w]}"
+  if [[ $c == raw ]]; then
+    local f=$DATA
+    [[ $rw == *write ]] && f=$RAWW
+    args=(--ioengine=io_uring --direct=1 --filename="$f")
+  else
+    running "$c" || return 0
+    args=(--ioengine=nbd --uri="${URI[$c]}")
+  fi
+  bench_progress "round $r/$ROUNDS: $w, $c, ${SECONDS_PER} s"
+  echo "$FIO --name=$tag --rw=$rw --bs=$bs --iodepth=$qd ${common[*]} ${args[*]}" >"$raw/fio-$tag.cmd"
+  if ! measured "$tag" "${PID[$c]:-}" "$FIO" --name="$tag" --rw="$rw" --bs="$bs" --iodepth="$qd" "${common[@]}" \
+      "${args[@]}" --output="$raw/fio-$tag.json" >"$raw/fio-$tag.err" 2>&1; then
+    echo "datapath: fio $tag failed:" >&2; cat "$raw/fio-$tag.err" >&2
+    failures=$((failures + 1))
+  fi
+}
+
+show() {  # show DAEMON N: its counters into show-DAEMON-N.json
+  "$UBCACHE" ctl --control "$raw/$1.ctl" --json show >"$raw/show-$1-$2.json" 2>"$raw/show-$1-$2.err" ||
+    { cat "$raw/show-$1-$2.err" >&2; failures=$((failures + 1)); }
+}
+
+show hit 0
+show wb 0
+for w in "${workloads[@]}"; do
+  if [[ $w == *write* ]]; then cs=("${write_configs[@]}"); else cs=("${read_configs[@]}"); fi
+  [[ $w == randwrite_4k_qd32 ]] && show hit 1
+  k=${#cs[@]}
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for ((i = 0; i < k; i++)); do run_one "$w" "${cs[$(( (i + r - 1) % k ))]}" "$r"; done
+  done
+done
+show wb 1
+for s in file hit wb mem qemu-nbd nbdkit null; do running "$s" || true; done
+for s in file hit wb mem qemu-nbd nbdkit null; do stop_server "$s"; done
+
+ublk_json=""
+if [[ $UBLK == 1 ]]; then
+  bench_progress "ublk in a qemu guest (bench/ublk_datapath.sh; emulated: functional timings only)"
+  ublk_json=$SUITE_DIR/ublk.json
+  bench_relayed '^== ' - "$bench/ublk_datapath.sh" --ubcache "$UBCACHE" --out "$ublk_json" ||
+    { echo "datapath: bench/ublk_datapath.sh failed" >&2; failures=$((failures + 1)); }
+fi
+
+versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_NBD" --version | head -1)"
+servers=""
+for s in file hit wb mem qemu-nbd nbdkit null; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
+PYTHONPATH="$bench" "$PYTHON" "$bench/datapath_result.py" "$raw" "$SUITE_DIR/result.json" "$ROUNDS" \
+  "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" ||
+  failures=$((failures + 1))
+bench_finish
