@@ -28,7 +28,8 @@
 # measured reads give the hit ratio.
 # DATAPATH_UBLK=1 also runs bench/ublk_datapath.sh: the same requests on
 # `serve --ublk` beside `serve --nbd` in a qemu guest (vm-run; emulated, so
-# functional timings only), into ublk.json.
+# functional timings only), into ublk.json: ~5 min (guests serialize on
+# vm-run's lock), so it is not on by default.
 # Environment: DP_SECONDS (10; --quick 1), DP_ROUNDS (2), DP_SIZE (1G;
 # --quick 256M), DATAPATH_UBLK (0), FILL (1; --quick 0: files of the right
 # size are reused).
@@ -160,7 +161,9 @@ ublk_json=""
 if [[ $UBLK == 1 ]]; then
   bench_progress "ublk in a qemu guest (bench/ublk_datapath.sh; emulated: functional timings only)"
   ublk_json=$SUITE_DIR/ublk.json
-  bench_relayed '^== ' - "$bench/ublk_datapath.sh" --ubcache "$UBCACHE" --out "$ublk_json" ||
+  uargs=(--seconds 3 --rounds 2 --size 128M)
+  [[ $QUICK == 1 ]] && uargs=(--seconds 2 --rounds 1 --size 64M)
+  bench_relayed '^== ' - "$bench/ublk_datapath.sh" --ubcache "$UBCACHE" --out "$ublk_json" "${uargs[@]}" ||
     { echo "datapath: bench/ublk_datapath.sh failed" >&2; failures=$((failures + 1)); }
 fi
 
