@@ -4,7 +4,7 @@ and configuration the rounds' fio numbers and server CPU, their medians and
 min–max, the ratio to the raw file per round, and issues 28's and 29's
 acceptance bars judged from the medians.
 
-  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON
+  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON QUICK
 
 RAW holds what the suite's `measured` runs left (fio-W-C-R.json,
 cpu-W-C-R.tsv, stat-W-C-R.txt, show-DAEMON-N.json). Exit 1 when a run's
@@ -71,7 +71,7 @@ def counters(raw, daemon, keys):
 
 def main():
     global bad
-    raw, dst, rounds, seconds, size, cache_bytes, versions, servers, ublk, ublk_json = sys.argv[1:11]
+    raw, dst, rounds, seconds, size, cache_bytes, versions, servers, ublk, ublk_json, quick = sys.argv[1:12]
     rounds = int(rounds)
     out = {}
     for w, (_, metric, configs) in WORKLOADS.items():
@@ -151,7 +151,7 @@ def main():
         ub = load(ublk_json, "datapath") if ublk_json else None
         if ub is None:
             bad += 1
-    doc = {"config": {"rounds": rounds, "seconds": int(seconds), "size_bytes": int(size),
+    doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": int(seconds), "size_bytes": int(size),
                       "cache_bytes": int(cache_bytes), "versions": versions,
                       "servers": dict(l.split("=", 1) for l in servers.splitlines() if "=" in l),
                       "order": "each round drives every configuration of a workload once, rotated by one per round",

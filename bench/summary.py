@@ -868,8 +868,8 @@ def r_datapath(d, plots):
            "the total (submit to completion). Server CPU per request: the server process's utime+stime "
            "(/proc/PID/stat, 10 ms ticks) over the run ÷ fio's requests. × raw file: this configuration's "
            "rate over the raw file's in the same round. Cells: median (min–max over rounds).", "",
-           "Servers: " + "; ".join(f"{k}: `{v}`" for k, v in sv.items()) + ".", "",
-           "### 4 KiB random read", ""]
+           "Servers (all up for the whole run):", ""] + [f"- {k}: `{v}`" for k, v in sv.items()] + [
+           "", "### 4 KiB random read", ""]
     out += _dp_table(wl, _dp_rows("randread_4k_qd1", "QD1", "iops") + _dp_rows("randread_4k_qd32", "QD32", "iops"))
     out += ["### 1 MiB sequential read, QD8", ""]
     out += _dp_table(wl, _dp_rows("read_1m_qd8", "QD8", "gbps"))
@@ -904,8 +904,11 @@ def r_datapath(d, plots):
         v = "INFO" if b.get("info") else ("—" if b["pass"] is None else ("PASS" if b["pass"] else "MISS"))
         out.append(f"    {v} issue {b['issue']}: {b['bar']} — {b['shown'] or 'not measured'}")
     out += [""]
-    if d.get("quick_note"):
-        out += [d["quick_note"], ""]
+    if cfg.get("quick") or cfg["rounds"] < 2:
+        out += [f"{'--quick: ' if cfg.get('quick') else ''}{cfg['rounds']} round(s) of {cfg['seconds']} s on "
+                f"{cfg['size_bytes'] >> 20} MiB files: a check that the suite runs end to end; the verdicts above "
+                "are not the issues' measurement, which is the full suite (1 GiB files, 10 s runs, two rounds "
+                "alternated) on a quiet machine.", ""]
     out += _dp_ublk(d)
     bars = [(f"{c} {w.split('_')[0]} {w.split('_', 1)[1]}", x["cells"][c]["ratio_to_raw"]["median"],
              x["cells"][c]["ratio_to_raw"]["range"], None)
