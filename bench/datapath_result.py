@@ -97,6 +97,11 @@ def main():
 
     bars = []
 
+    def times(v, rg):
+        if v is None:
+            return None
+        return f"{v:.2f}×" + (f" (rounds {rg[0]:.2f}–{rg[1]:.2f})" if rg[0] != rg[1] else "")
+
     def bar(issue, text, value, limit, ok, shown, info=False):
         bars.append({"issue": issue, "bar": text, "value": value, "limit": limit, "shown": shown, "info": info,
                      "pass": None if value is None or limit is None else bool(ok(value, limit))})
@@ -107,7 +112,7 @@ def main():
     for c, name in (("hit", "cache hit"), ("file", "`serve --backing FILE`")):
         v, rg = per_round("randread_4k_qd32", c, "raw", "iops")
         bar(28, f"4 KiB randread QD32: {name} ≥ 0.85× the raw file", v, 0.85, ge,
-            f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+            times(v, rg))
     v, rg = per_round("randread_4k_qd32", "hit", "qemu-nbd", "iops")
     bar(28, "4 KiB randread QD32: cache hit / qemu-nbd (the fallback bar ≥ 1.25×, which needs the issue's "
         "experiment to apply)", v, 1.25, ge, f"{v:.2f}×" if v is not None else None, info=True)
@@ -121,19 +126,19 @@ def main():
     w = "read_1m_qd8"
     v, rg = per_round(w, "hit", "file", "gbps")
     bar(28, "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`", v, 0.95, ge,
-        f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+        times(v, rg))
     hc, fc = m(w, "hit", "server_cpu_us_per_io"), m(w, "file", "server_cpu_us_per_io")
     bar(28, "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's", hc / fc if hc and fc else None,
         1.2, le, f"{hc:.0f} µs against {fc:.0f} µs ({hc / fc:.2f}×)" if hc and fc else None)
     v, rg = per_round("randwrite_4k_qd32", "wb", "raw", "iops")
     bar(29, "4 KiB randwrite QD32: writeback over a file ≥ 0.85× the raw file", v, 0.85, ge,
-        f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+        times(v, rg))
     wc = m("randwrite_4k_qd32", "wb", "server_cpu_us_per_io")
     bar(29, "4 KiB randwrite QD32: server CPU per writeback write ≤ 8 µs", wc, 8.0, le,
         f"{wc:.1f} µs" if wc is not None else None)
     v, rg = per_round("write_1m_qd8", "wb", "raw", "gbps")
     bar(29, "1 MiB seq write QD8: writeback ≥ 0.8× the raw file", v, 0.8, ge,
-        f"{v:.2f}× (rounds {rg[0]:.2f}–{rg[1]:.2f})" if v is not None else None)
+        times(v, rg))
 
     hit = counters(raw, "hit", ("stats_total/cache_hits", "stats_total/cache_misses",
                                 "stats_total/cache_bypass_hits", "stats_total/cache_bypass_misses"))
@@ -151,7 +156,8 @@ def main():
         ub = load(ublk_json, "datapath") if ublk_json else None
         if ub is None:
             bad += 1
-    doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": int(seconds), "size_bytes": int(size),
+    secs = int(seconds[:-2]) / 1000 if seconds.endswith("ms") else int(seconds)
+    doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": secs, "size_bytes": int(size),
                       "cache_bytes": int(cache_bytes), "versions": versions,
                       "servers": dict(l.split("=", 1) for l in servers.splitlines() if "=" in l),
                       "order": "each round drives every configuration of a workload once, rotated by one per round",

@@ -30,7 +30,7 @@
 # `serve --ublk` beside `serve --nbd` in a qemu guest (vm-run; emulated, so
 # functional timings only), into ublk.json: ~5 min (guests serialize on
 # vm-run's lock), so it is not on by default.
-# Environment: DP_SECONDS (10; --quick 1), DP_ROUNDS (2; --quick 1), DP_SIZE
+# Environment: DP_SECONDS (10; --quick 500ms), DP_ROUNDS (2; --quick 1), DP_SIZE
 # (1G; --quick 128M), DATAPATH_UBLK (0), FILL (1; --quick 0: files of the
 # right size are reused). --quick is a check that the suite works (~1 min on
 # an idle machine, ~2 on a loaded one), not a measurement.
@@ -41,7 +41,7 @@ FIO=${FIO:-fio}
 NBDKIT=${NBDKIT:-nbdkit}
 QEMU_NBD=${QEMU_NBD:-qemu-nbd}
 PYTHON=${PYTHON:-python3}
-if [[ $QUICK == 1 ]]; then d_s=1 d_r=1 d_size=128M FILL=${FILL:-0}; else d_s=10 d_r=2 d_size=1G; fi
+if [[ $QUICK == 1 ]]; then d_s=500ms d_r=1 d_size=128M FILL=${FILL:-0}; else d_s=10 d_r=2 d_size=1G; fi
 SECONDS_PER=${DP_SECONDS:-$d_s}
 ROUNDS=${DP_ROUNDS:-$d_r}
 SIZE=${DP_SIZE:-$d_size}
@@ -50,8 +50,10 @@ export FILL=${FILL:-1}
 
 for t in "$FIO" "$NBDKIT" "$QEMU_NBD" "$PYTHON"; do command -v "$t" >/dev/null || { echo "datapath: $t not found" >&2; exit 2; }; done
 "$FIO" --enghelp 2>/dev/null | grep -qw nbd || { echo "datapath: this fio has no nbd engine" >&2; exit 2; }
-[[ $SECONDS_PER =~ ^[1-9][0-9]*$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "datapath: DP_SECONDS and DP_ROUNDS are positive integers" >&2; exit 2; }
+[[ $SECONDS_PER =~ ^[1-9][0-9]*(ms)?$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
+  { echo "datapath: DP_SECONDS is N (seconds) or Nms, DP_ROUNDS a positive integer" >&2; exit 2; }
 size=$(to_bytes "$SIZE")
+if [[ $SECONDS_PER == *ms ]]; then run_len="${SECONDS_PER%ms} ms"; else run_len="$SECONDS_PER s"; fi
 # A backing device's data starts after its 8 KiB superblock: one MiB more
 # keeps every export at least SIZE long. Caches are twice SIZE, so all of a
 # backing device fits with room for the index and the writes' garbage.
@@ -130,7 +132,7 @@ run_one() {  # run_one WORKLOAD CONFIG ROUND
     running "$c" || return 0
     args=(--ioengine=nbd --uri="${URI[$c]}")
   fi
-  bench_progress "round $r/$ROUNDS: $w, $c, ${SECONDS_PER} s"
+  bench_progress "round $r/$ROUNDS: $w, $c, $run_len"
   echo "$FIO --name=$tag --rw=$rw --bs=$bs --iodepth=$qd ${common[*]} ${args[*]}" >"$raw/fio-$tag.cmd"
   if ! measured "$tag" "${PID[$c]:-}" "$FIO" --name="$tag" --rw="$rw" --bs="$bs" --iodepth="$qd" "${common[@]}" \
       "${args[@]}" --output="$raw/fio-$tag.json" >"$raw/fio-$tag.err" 2>&1; then
