@@ -186,8 +186,18 @@ def name(key):
     return f"write {key[0]}.{key[1]}"
 
 
-def check(hist, contents, out=sys.stdout):
-    """contents: iterable of (block, bytes). Returns (E or None, report lines)."""
+def check(hist, contents):
+    """contents: iterable of (block, bytes). Returns (E or None, report
+    lines: the verdict, then what the image holds)."""
+    contents = list(contents)
+    e, report = _check(hist, contents)
+    held = sum(1 for _, data in contents if data != ZERO)
+    report.append(f"image: {held} of {len(contents)} blocks hold a write ({len(hist.versions)} blocks written, "
+                  f"{len(hist.writes)} writes, {hist.m} barriers)")
+    return e, report
+
+
+def _check(hist, contents):
     report = []
     hard = []                # blocks wrong whatever E
     needs = {}               # block -> (content write or None, next write or None)
@@ -457,8 +467,147 @@ def selftest(_args=None):
         s.flush_issue(); s.flush_issue()
     case("two barriers in flight at once: refused", barriers_overlap, want="overlap")
 
+    failures += model_selftest()
     print(f"selftest: {'all ok' if failures == 0 else f'{failures} case(s) FAILED'}")
     return 1 if failures else 0
+
+
+# ---- selftest, part 2: a model of the daemon, checked at every step ----
+
+def model_run(seed, ordered, nblocks=16, steps=160, writers=3):
+    """A random history of WRITERS clients (one request each in flight, the
+    writer's rules kept), a daemon that receives the issued requests in any
+    order and writes back either epoch by epoch (ordered: inside an epoch,
+    any block first and any of its versions, the last one before the next
+    epoch) or in address order (lba: each dirty block's newest version,
+    ascending, round and round). After every step the backing image is
+    checked as if the cache were lost then. Returns (steps checked, steps
+    failed, first failure or None); an ordered run must never fail and must
+    find E >= the epoch its writeback is in."""
+    import random
+    rng = random.Random(seed)
+    lines, backing = [], [ZERO] * nblocks
+    idle = list(range(writers))
+    pending, received = [], []        # requests issued / processed, not acknowledged
+    busy, barrier = set(), [False]
+    seq, fid = [0], [0]
+    cur = [0]                         # barriers the daemon processed: its epoch
+    epochs = [{}]                     # epoch -> block -> [versions], in order
+    done = [{}]                       # ordered: block of epoch `we` -> its versions when written back last
+    we = [0]
+    dirty, ptr = {}, [0]              # lba
+    checked = failed = 0
+    first = None
+
+    def issue():
+        wr = idle.pop(rng.randrange(len(idle)))
+        r = rng.random()
+        if r < 0.12 and not barrier[0]:
+            barrier[0] = True
+            fid[0] += 1
+            lines.append(f"F {fid[0]}")
+            pending.append(dict(kind="F", fid=fid[0], writer=wr))
+            return
+        free = [b for b in range(nblocks) if b not in busy]
+        if not free:
+            idle.append(wr)
+            return
+        fua = r < 0.2 and not barrier[0]
+        if fua:
+            barrier[0] = True
+        blk = rng.choice(free)
+        busy.add(blk)
+        seq[0] += 1
+        lines.append(f"W {wr} {seq[0]} {blk} {int(fua)} 0")
+        pending.append(dict(kind="W", writer=wr, seq=seq[0], block=blk, fua=fua,
+                            data=make_block(wr, seq[0], blk, 0)))
+
+    def receive():
+        q = pending.pop(rng.randrange(len(pending)))
+        if q["kind"] == "W":
+            epochs[cur[0]].setdefault(q["block"], []).append(q["data"])
+            dirty[q["block"]] = q["data"]
+        if q["kind"] == "F" or q["fua"]:
+            cur[0] += 1
+            epochs.append({})
+        received.append(q)
+
+    def ack():
+        q = received.pop(rng.randrange(len(received)))
+        if q["kind"] == "F":
+            lines.append(f"D {q['fid']}")
+            barrier[0] = False
+        else:
+            lines.append(f"A {q['writer']} {q['seq']}")
+            busy.discard(q["block"])
+            if q["fua"]:
+                barrier[0] = False
+        idle.append(q["writer"])
+
+    def writeback():
+        if ordered:
+            ep = epochs[we[0]]
+            todo = [b for b in ep if done[0].get(b) != len(ep[b])]
+            if not todo:
+                if cur[0] > we[0]:    # epoch closed and all of it written back
+                    we[0] += 1
+                    done[0] = {}
+                return
+            b = rng.choice(todo)
+            vs = ep[b]
+            i = rng.randrange(len(vs)) if rng.random() < 0.3 else len(vs) - 1
+            backing[b] = vs[i]
+            if i == len(vs) - 1:
+                done[0][b] = len(vs)
+        else:
+            later = sorted(b for b in dirty if b >= ptr[0]) or sorted(dirty)
+            if later:
+                b = later[0]
+                backing[b] = dirty.pop(b)
+                ptr[0] = b + 1
+
+    for _ in range(steps):
+        acts = []
+        if idle:
+            acts.append(issue)
+        if pending:
+            acts.append(receive)
+        if received:
+            acts.append(ack)
+        rng.choice(acts)() if acts and rng.random() < 0.75 else writeback()
+        e, report = check(History(lines), enumerate(backing))
+        checked += 1
+        bad = e is None or (ordered and e < we[0])
+        if bad:
+            failed += 1
+            if first is None:
+                first = "\n".join(lines) + "\n" + "\n".join(report) + f"\n(ordered writeback in epoch {we[0]})"
+    return checked, failed, first
+
+
+def model_selftest(runs=12):
+    failures = 0
+    for ordered in (True, False):
+        checked = failed = caught_runs = 0
+        first = None
+        for seed in range(runs):
+            c, f, fi = model_run(seed, ordered)
+            checked += c
+            failed += f
+            caught_runs += f > 0
+            first = first or fi
+        if ordered:
+            ok = failed == 0
+            what = f"ordered writeback passes at every step ({checked} steps, {runs} runs): {failed} failed"
+        else:
+            ok = caught_runs > runs // 2
+            what = (f"address-order writeback is caught ({checked} steps, {runs} runs): "
+                    f"{failed} steps in {caught_runs} runs inconsistent")
+        failures += not ok
+        print(f"selftest: {'ok  ' if ok else 'FAIL'} model: {what}")
+        if ordered and not ok:
+            print("  " + first.replace("\n", "\n  "))
+    return failures
 
 
 def main():
