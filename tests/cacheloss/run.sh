@@ -131,6 +131,7 @@ cycle() {
   local dirty
   dirty=$(ctl dirty-data) || fail "cycle $i: ctl dirty-data"
   server_alive "cycle $i, before the kill"
+  kill -0 "$WRITER_PID" 2>/dev/null || fail "cycle $i: the writer stopped before the kill: $(cat "$dir/writer.log")"
   kill -KILL "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
