@@ -66,6 +66,10 @@ class Run:
             if r < 1.0 / a.flush_every:
                 with self.barrier:
                     with self.lock:
+                        # A barrier that failed released the lock after
+                        # stopping the run: none may follow it.
+                        if self.stop.is_set():
+                            break
                         self.fid += 1
                         fid = self.fid
                         self.n["flushes"] += 1
@@ -86,6 +90,8 @@ class Run:
                 self.barrier.acquire()
             try:
                 with self.lock:
+                    if self.stop.is_set():
+                        break
                     while True:
                         blk = rnd.randrange(a.blocks)
                         if blk not in self.busy:
