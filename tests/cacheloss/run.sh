@@ -102,9 +102,7 @@ EOF
     fail "served alone, the backing device reads other bytes than the file holds past data_offset $off"
 }
 
-VIOLATIONS=0 DONE=0
-SUMMARY=()
-E_FOUND=() DIRTY_KIB=()
+VIOLATIONS=0 E_FOUND=() DIRTY_KIB=()
 # cycle I MODE — one cache loss (I: 0 for the control); MODE writeback or
 # writethrough (the control).
 cycle() {
@@ -137,6 +135,7 @@ cycle() {
   SERVER_PID=""
   rm -f "$cache"
   for ((k = 0; k < 600; k++)); do kill -0 "$WRITER_PID" 2>/dev/null || break; sleep 0.05; done
+  ((k < 600)) || fail "cycle $i: the writer did not exit within 30 s of the kill"
   local rc=0
   wait "$WRITER_PID" || rc=$?
   WRITER_PID=""
@@ -162,7 +161,6 @@ cycle() {
     ((i == 0)) || E_FOUND+=("-/$(grep -oE 'has [0-9]+ barriers' "$dir/check.log" | grep -oE '[0-9]+' || echo '?')")
   fi
   ((i == 0)) || DIRTY_KIB+=($((dirty / 1024)))
-  DONE=$((DONE + 1))
   local line
   local held
   held=$(grep -oE '^image: [0-9]+ of [0-9]+ blocks' "$dir/check.log" | grep -oE '[0-9]+' | head -n 1)
@@ -172,7 +170,6 @@ cycle() {
   line+=" | $verdict"
   log "$line"
   ((rc == 0)) || log "  $(head -n 1 "$dir/check.log")"
-  SUMMARY+=("$line")
   [[ ${UBCACHE_TEST_KEEP:-} ]] || rm -f "$backing" "$dir/region.img"
   if [[ $mode == writethrough ]]; then
     ((rc == 0)) || fail "control: a writethrough cycle must be consistent: $(cat "$dir/check.log")"
