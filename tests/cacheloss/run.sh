@@ -40,6 +40,8 @@
 # exists, register it (CI: 10 cycles; long form: CACHELOSS_CYCLES >= 200),
 # in flush order it must then pass every cycle. CACHELOSS_KNOBS passes
 # NAME=VALUE knobs to every cycle (`serve --set`), e.g. writeback_order=flush.
+# Meanwhile CACHELOSS_KNOBS=writeback_running=0 (nothing written back)
+# passes with E = 0 in every cycle: the harness can pass in writeback.
 #
 # Environment (defaults in brackets):
 #   CACHELOSS_CYCLES     cycles [10]
