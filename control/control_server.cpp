@@ -92,7 +92,7 @@ struct ControlServer::Job {
 };
 
 ControlServer::ControlServer(ControlServerOptions o, std::vector<Target> targets)
-    : o_(std::move(o)), controller_(std::move(targets)) {}
+    : o_(std::move(o)), controller_(std::move(targets), o_.stop) {}
 
 ControlServer::~ControlServer() { Stop(); }
 

@@ -38,6 +38,8 @@ struct ControlServerOptions {
   // Refuse a socket path another live daemon listens on (true), or just log
   // and run without a control socket (false: the default path).
   bool socket_required = true;
+  // The `stop` command (Controller::StopHook); null: refused.
+  Controller::StopHook stop;
 };
 
 // /run/ubcache/<export>.sock

@@ -144,6 +144,12 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
       out += r.json ? (out.empty() ? "" : ",") + JsonKey(t.name) : t.name + "\n";
     return r.json ? "{\"devices\":[" + out + "]}\n" : out;
   }
+  if (r.command == "stop") {
+    if (!r.args.empty() && r.args[0] != "delete")
+      return Status::InvalidArgument("stop: '" + r.args[0] + "': the only argument is delete");
+    if (!stop_) return Status::NotSupported("stop: this daemon takes SIGTERM only");
+    return stop_(!r.args.empty()) + "\n";
+  }
   UB_ASSIGN_OR_RETURN(const Target* tp, Find(r.device));
   const Target& t = *tp;
   const bool json = r.json;

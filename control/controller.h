@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Controller: runs control requests against the daemon's exports — show,
 // get/set through the attribute table, stats, priority-stats, dirty-data,
-// writeback-rate-debug, clear-stats, trigger-gc, flush, detach, attach and
-// metrics. Transport-free, so unit tests call Execute() directly.
+// writeback-rate-debug, clear-stats, trigger-gc, flush, detach, attach,
+// metrics and stop. Transport-free, so unit tests call Execute() directly.
 //
 // Thread safety: commands that only read (show, get, stats, metrics, ...)
 // may run on any thread, alongside one thread running the commands that
@@ -23,7 +23,11 @@ namespace ubcache::control {
 
 class Controller {
  public:
-  explicit Controller(std::vector<Target> targets) : targets_(std::move(targets)) {}
+  // `stop`: asks the daemon to stop as SIGTERM does (`delete_devices`: and
+  // to delete its ublk devices); returns what will happen, for the reply.
+  using StopHook = std::function<std::string(bool delete_devices)>;
+  explicit Controller(std::vector<Target> targets, StopHook stop = nullptr)
+      : targets_(std::move(targets)), stop_(std::move(stop)) {}
 
   // The body of the ok reply, or the error to send. `progress` receives
   // progress lines of long commands (flush, detach).
@@ -44,6 +48,7 @@ class Controller {
   Result<std::string> Attach(const Target& t, const std::string& cache);
 
   std::vector<Target> targets_;
+  StopHook stop_;
 };
 
 }  // namespace ubcache::control

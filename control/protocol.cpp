@@ -21,6 +21,7 @@ const std::vector<CommandSpec>& Commands() {
       {"attach", 1, 1, "CACHE", "serve the device through the daemon's cache set again"},
       {"metrics", 0, 0, "", "Prometheus text exposition of every statistic and knob"},
       {"devices", 0, 0, "", "the daemon's exports, one per line (ubcache status)"},
+      {"stop", 0, 1, "[delete]", "stop the daemon as SIGTERM does; with delete its ublk devices go too (ubcache stop)"},
   };
   return kCommands;
 }

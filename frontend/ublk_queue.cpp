@@ -31,6 +31,17 @@ void UblkQueue::Stop() {
   reactor_ = nullptr;  // destroyed with its thread
 }
 
+void UblkQueue::Hold() {
+  if (reactor_ == nullptr) {
+    quiesced_.store(true, std::memory_order_release);
+    return;
+  }
+  reactor_->Post([this] {
+    holding_ = true;
+    CheckDrained();
+  });
+}
+
 void UblkQueue::ThreadMain(std::promise<Status>* started) {
   SetThreadName("ub-ublkq" + std::to_string(cfg_.q_id));
   // Room for every tag's command plus the backend I/O it fans out into; the
@@ -73,6 +84,8 @@ void UblkQueue::ThreadMain(std::promise<Status>* started) {
   }
   started->set_value(Status::OK());
   owned->Run();
+  // The commits of the last turn are in the kernel before the ring closes.
+  io_uring_submit(owned->ring());
   // Closing the ring cancels any command still pending in the driver; the
   // descriptor mapping pins /dev/ublkcN, and DEL_DEV waits for its release.
   owned.reset();
@@ -97,6 +110,11 @@ void UblkQueue::SubmitCommand(Tag* t, uint32_t op, int32_t result) {
 
 void UblkQueue::OnCommand(Tag* t, int32_t res) {
   if (res == ublk::kIoResOk) {
+    if (holding_) {
+      // Left unanswered: the driver reissues it to the next server.
+      held_.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
     Handle(t);
     return;
   }
@@ -188,6 +206,7 @@ void UblkQueue::Commit(Tag* t, Status st, int32_t ok_result) {
 
 void UblkQueue::CheckDrained() {
   backend_idle_.store(backend_inflight_ == 0, std::memory_order_release);
+  if (holding_ && backend_inflight_ == 0) quiesced_.store(true, std::memory_order_release);
   if (live_tags_ == 0 && backend_inflight_ == 0) drained_.store(true, std::memory_order_release);
 }
 

@@ -19,6 +19,13 @@
 // ring going away). The queue is drained when every tag has ended and no
 // backend request is in flight.
 //
+// Hold() is the other way to stop, for a hand-over to the next server: the
+// requests in flight finish and are committed, but every request fetched from
+// then on is held — never turned into backend I/O, never answered. When the
+// thread stops and its ring closes, the driver (USER_RECOVERY_REISSUE) takes
+// the held requests back and reissues them to the server that recovers the
+// device.
+//
 // Thread safety: Start()/Post()/Stop()/drained() from any thread; the rest
 // runs on the queue's thread.
 #pragma once
@@ -64,6 +71,12 @@ class UblkQueue {
   // device waiting for this queue's fetches would wait forever.
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   Reactor* reactor() const { return reactor_; }
+  // Stops handing new requests to the device (see above); quiesced() once
+  // the thread saw it and no backend request is in flight.
+  void Hold();
+  bool quiesced() const { return quiesced_.load(std::memory_order_acquire); }
+  // Requests held since Hold() (read after quiesced(); for the log).
+  unsigned held() const { return held_.load(std::memory_order_acquire); }
   // Ends the thread (after drained(), or to abandon the queue).
   void Stop();
 
@@ -90,6 +103,9 @@ class UblkQueue {
   std::vector<Tag> tags_;
   unsigned live_tags_ = 0;
   unsigned backend_inflight_ = 0;
+  bool holding_ = false;  // the queue thread's copy of Hold()
+  std::atomic<unsigned> held_{0};
+  std::atomic<bool> quiesced_{false};
   std::atomic<bool> drained_{false};
   std::atomic<bool> backend_idle_{true};
   std::atomic<bool> failed_{false};

@@ -184,6 +184,7 @@ Status UblkServer::StartOne(Dev& d, uint64_t features) {
                (features & (ublk::kFUserCopy | ublk::kFUserRecovery | ublk::kFUserRecoveryReissue));
   UB_RETURN_IF_ERROR(ctrl_->AddDev(&info));
   d.id = info.dev_id;
+  d.flags = info.flags;
   d.added = true;
   UB_RETURN_IF_ERROR(ctrl_->SetParams(d.id, UblkParamsFor(d.exp, info.max_io_buf_bytes)));
   UB_RETURN_IF_ERROR(OpenCharDev(d));
@@ -212,6 +213,7 @@ Status UblkServer::RecoverOne(Dev& d, uint64_t features) {
   }
   if (!(info.flags & ublk::kFUserRecovery))
     return Status::InvalidArgument("ublk: " + name + " was created without user recovery");
+  d.flags = info.flags;
   UB_ASSIGN_OR_RETURN(ublk::Params params, ctrl_->GetParams(d.id));
   if (params.basic.dev_sectors != d.exp.device->size() >> 9)
     return Status::InvalidArgument("ublk: " + name + " has " + FormatSize(params.basic.dev_sectors << 9) +
@@ -255,7 +257,7 @@ void UblkServer::WaitForSignal() {
   }
   signalfd_siginfo si;
   [[maybe_unused]] ssize_t r = read(signal_fd_, &si, sizeof si);
-  UB_INFO("{}: stopping the ublk devices", strsignal(static_cast<int>(si.ssi_signo)));
+  UB_INFO("{}: stopping", strsignal(static_cast<int>(si.ssi_signo)));
 }
 
 bool UblkServer::WaitDrained(Dev& d) {
@@ -319,6 +321,45 @@ Status UblkServer::Stop() {
   ctrl_.reset();
   if (result.ok() && !abandoned_) UB_INFO("ublk: devices stopped and deleted");
   if (abandoned_ && result.ok()) result = Status::Shutdown("ublk: stop abandoned after a second signal");
+  return result;
+}
+
+Status UblkServer::HandOff() {
+  if (ctrl_ == nullptr) return Status::OK();
+  for (const Dev& d : devs_) {
+    if (d.started && !(d.flags & ublk::kFUserRecoveryReissue)) {
+      UB_WARN("ublk: device {} cannot hold its I/O for the next server (no user_recovery_reissue): "
+              "stopping and deleting the devices", d.id);
+      return Stop();
+    }
+  }
+  ctrl_->set_interrupt([this] { return SecondSignal(); });
+  Status result;
+  for (Dev& d : devs_)
+    for (auto& q : d.queues) q->Hold();
+  // The requests in flight end in the backend; nothing new reaches it.
+  for (Dev& d : devs_) {
+    bool quiet = false;
+    while (!quiet && !SecondSignal()) {
+      quiet = std::all_of(d.queues.begin(), d.queues.end(), [](const auto& q) { return q->quiesced(); });
+      if (!quiet) SleepMs(2);
+    }
+    if (!quiet) continue;
+    Status st = FlushExport(d);
+    if (!st.ok() && result.ok()) result = st;
+  }
+  for (Dev& d : devs_) {
+    unsigned held = 0;
+    for (const auto& q : d.queues) held += q->held();
+    // Closing the rings hands the fetched requests back to the driver.
+    ReleaseQueues(d);
+    if (d.added)
+      UB_INFO("{}: left in place with its I/O held ({} request{} waiting) for the next server's "
+              "--recover", BlockPath(d.id), held, held == 1 ? "" : "s");
+    d.added = d.started = false;
+  }
+  ctrl_.reset();
+  if (abandoned_ && result.ok()) result = Status::Shutdown("ublk: hand-off abandoned after a second signal");
   return result;
 }
 

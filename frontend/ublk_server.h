@@ -17,6 +17,17 @@
 // release /dev/ublkcN, then DEL_DEV. A second SIGINT/SIGTERM while stopping
 // gives up waiting and returns at once.
 //
+// HandOff() stops without taking the devices away, for the next server (an
+// upgrade, a restart): every queue holds the requests that arrive from then
+// on (UblkQueue::Hold), the ones in flight finish, every export is flushed,
+// and the queue threads end with no STOP_DEV or DEL_DEV. The driver then
+// sees a server gone, as after a kill -9: it quiesces each /dev/ublkbN and
+// keeps its I/O — the held requests included — waiting for the next
+// server's START/END_USER_RECOVERY (`--recover`), which it reissues to.
+// The filesystem above sees a pause, not an error. Needs
+// USER_RECOVERY_REISSUE on every device (a held request would otherwise
+// fail); a device without it is stopped and deleted as by Stop().
+//
 // The frontend holds no policy: each queue maps requests onto BlockDevice
 // calls, exactly as the NBD server does. The server never opens /dev/ublkbN.
 //
@@ -66,6 +77,9 @@ class UblkServer {
   void WaitForSignal();
   // Stops and deletes every device; returns the first flush or control error.
   Status Stop();
+  // Leaves every device in place with its I/O held (above); returns the
+  // first flush error.
+  Status HandOff();
 
   static std::string BlockPath(uint32_t id);  // "/dev/ublkb0"
 
@@ -75,6 +89,7 @@ class UblkServer {
     uint32_t id = 0;
     bool added = false;
     bool started = false;
+    uint64_t flags = 0;  // the device's UBLK_F_* as added
     int char_fd = -1;
     std::vector<std::unique_ptr<UblkQueue>> queues;
   };

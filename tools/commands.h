@@ -13,5 +13,6 @@ int ShowSuperMain(int argc, char** argv);
 int ForgetCacheMain(int argc, char** argv);
 int CtlMain(int argc, char** argv);
 int StatusMain(int argc, char** argv);
+int StopMain(int argc, char** argv);
 
 }  // namespace ubcache

@@ -30,6 +30,7 @@ const Command kCommands[] = {
     {"forget-cache", "detach a backing device whose cache is lost, saying what it holds", ubcache::ForgetCacheMain},
     {"ctl", "control a running serve: knobs, statistics, metrics, detach/attach", ubcache::CtlMain},
     {"status", "every running serve on this machine and its exports, at a glance", ubcache::StatusMain},
+    {"stop", "stop a running serve; --delete also deletes its ublk devices (else an upgrade keeps them)", ubcache::StopMain},
     {"probe", "measure a device: random IOPS, sequential MB/s, latency", ubcache::ProbeMain},
 };
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -155,7 +156,8 @@ std::unique_ptr<UblkServer> StartUblk(const Args& args, const std::vector<NbdExp
 // The control socket and metrics listener over the cache set's exports
 // (null without a cache).
 std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet* set,
-                                                     const std::vector<control::Target>& targets) {
+                                                     const std::vector<control::Target>& targets,
+                                                     control::Controller::StopHook stop) {
   if (!set) {
     if (args.Has("control") || args.Has("metrics-listen"))
       args.UsageError("--control and --metrics-listen need a --cache");
@@ -165,6 +167,7 @@ std::unique_ptr<control::ControlServer> StartControl(const Args& args, CacheSet*
   co.socket_path = args.Has("control") ? args.Get("control") : control::DefaultSocketPath(targets[0].name);
   co.socket_required = args.Has("control");
   co.metrics_listen = args.Get("metrics-listen");
+  co.stop = std::move(stop);
   auto ctl = std::make_unique<control::ControlServer>(co, targets);
   Status st = ctl->Start();
   if (!st.ok()) Die(2, st.message());
@@ -657,7 +660,22 @@ int ServeMain(int argc, char** argv) {
     Status sst = SetEverywhere(targets, kv.substr(0, eq), kv.substr(eq + 1));
     if (!sst.ok()) args.UsageError("--set " + kv + ": " + sst.message());
   }
-  std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), targets);
+  // What a stop does to the ublk devices. A daemon that takes devices over
+  // when it starts (--recover auto, as the unit runs it) leaves them to the
+  // next one on SIGTERM/SIGINT: an upgrade or a restart keeps them
+  // (UblkServer::HandOff). Any other daemon deletes them, as does
+  // `ubcache stop --delete` (the control command `stop delete`).
+  const bool hand_off = args.Get("recover") == "auto";
+  std::atomic<bool> delete_devices{false};
+  auto stop_hook = [&delete_devices, hand_off, ublk_on = args.Has("ublk")](bool del) {
+    if (del) delete_devices.store(true);
+    kill(getpid(), SIGTERM);  // taken by the server's signalfd, as an outside SIGTERM
+    std::string what = "pid " + std::to_string(getpid()) + " stopping";
+    if (ublk_on) what += hand_off && !del ? "; its ublk devices stay, their I/O held for the next start"
+                                         : "; its ublk devices are deleted";
+    return what;
+  };
+  std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), targets, stop_hook);
   std::unique_ptr<UblkServer> ublk = StartUblk(args, exports, io_opt);
   // READY=1 once every export is served (the NBD listeners below, or the
   // ublk devices above); SIGHUP re-reads --config.
@@ -688,7 +706,12 @@ int ServeMain(int argc, char** argv) {
   }
   service.Stop();
   if (ublk) {
-    Status ust = ublk->Stop();
+    // A hand-off flushes and leaves the devices; the clean checkpoint of
+    // set->Shutdown() below is then what the next start reads, so it
+    // replays nothing. The next daemon must start after this one exited (a
+    // restart does; by hand, its recovery refuses a device whose server
+    // still lives).
+    Status ust = hand_off && !delete_devices.load() ? ublk->HandOff() : ublk->Stop();
     if (st.ok()) st = ust;
   }
   if (ctl) ctl->Stop();
