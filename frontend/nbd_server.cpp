@@ -2,6 +2,7 @@
 #include "frontend/nbd_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <future>
 
@@ -57,6 +59,55 @@ NbdServer::~NbdServer() {
   if (signal_fd_ >= 0) close(signal_fd_);
 }
 
+namespace {
+
+// True when `fd` is a listening stream socket bound to `want`: the same
+// Unix path, or the same family, address and port.
+bool BoundTo(int fd, const sockaddr* want, socklen_t want_len) {
+  sockaddr_storage got{};
+  socklen_t len = sizeof got;
+  int listening = 0;
+  socklen_t ll = sizeof listening;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&got), &len) < 0 ||
+      getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) < 0 || !listening ||
+      got.ss_family != want->sa_family)
+    return false;
+  switch (want->sa_family) {
+    case AF_UNIX: {
+      const auto* a = reinterpret_cast<const sockaddr_un*>(&got);
+      const auto* b = reinterpret_cast<const sockaddr_un*>(want);
+      return len > offsetof(sockaddr_un, sun_path) && want_len > offsetof(sockaddr_un, sun_path) &&
+             std::strncmp(a->sun_path, b->sun_path, sizeof a->sun_path) == 0;
+    }
+    case AF_INET: {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&got);
+      const auto* b = reinterpret_cast<const sockaddr_in*>(want);
+      return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+    }
+    case AF_INET6: {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&got);
+      const auto* b = reinterpret_cast<const sockaddr_in6*>(want);
+      return a->sin6_port == b->sin6_port && std::memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int NbdServer::TakeInherited(const sockaddr* sa, socklen_t len) {
+  auto& in = options_.inherited;
+  for (auto it = in.begin(); it != in.end(); ++it) {
+    if (BoundTo(*it, sa, len)) {
+      int fd = *it;
+      in.erase(it);
+      return fd;
+    }
+  }
+  return -1;
+}
+
 Status NbdServer::Listen(const std::string& address) {
   Listener l;
   l.address = address;
@@ -67,6 +118,14 @@ Status NbdServer::Listen(const std::string& address) {
     if (path.empty() || path.size() >= sizeof sa.sun_path)
       return Status::InvalidArgument("--nbd " + address + ": bad socket path");
     std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    if (int fd = TakeInherited(reinterpret_cast<sockaddr*>(&sa), sizeof sa); fd >= 0) {
+      UB_INFO("nbd: {}: listening socket taken over from the previous server", address);
+      l.fd = fd;
+      l.is_unix = true;
+      l.unix_path = path;
+      listeners_.push_back(std::move(l));
+      return Status::OK();
+    }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return Status::FromErrno(errno, "socket");
     if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
@@ -109,6 +168,13 @@ Status NbdServer::Listen(const std::string& address) {
     int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
     if (rc != 0)
       return Status::InvalidArgument("--nbd " + address + ": " + gai_strerror(rc));
+    if (int fd = TakeInherited(res->ai_addr, res->ai_addrlen); fd >= 0) {
+      freeaddrinfo(res);
+      UB_INFO("nbd: {}: listening socket taken over from the previous server", address);
+      l.fd = fd;
+      listeners_.push_back(std::move(l));
+      return Status::OK();
+    }
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -149,7 +215,18 @@ Status NbdServer::Start() {
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   if (signal_fd_ < 0 || stop_fd_ < 0) return Status::FromErrno(errno, "signalfd/eventfd");
 
-  for (const std::string& a : options_.listen) UB_RETURN_IF_ERROR(Listen(a));
+  for (int fd : options_.inherited) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  Status listening;
+  for (const std::string& a : options_.listen) {
+    listening = Listen(a);
+    if (!listening.ok()) break;
+  }
+  for (int fd : options_.inherited) {
+    UB_WARN("nbd: a listening socket from the previous server matches no --nbd address: closed");
+    close(fd);
+  }
+  options_.inherited.clear();
+  UB_RETURN_IF_ERROR(listening);
 
   unsigned n = options_.threads ? options_.threads : std::max(1u, std::thread::hardware_concurrency());
   // Each ring is created on the thread that will use it (the kernel ties a
@@ -257,10 +334,14 @@ Status NbdServer::Run() {
 
 Status NbdServer::Drain() {
   shutting_down_.store(true, std::memory_order_release);
-  for (auto& l : listeners_) {
-    close(l.fd);
-    l.fd = -1;
-    if (l.is_unix) unlink(l.unix_path.c_str());
+  // Kept for a hand-over: connections queue in the backlog, unanswered,
+  // until the next server accepts them.
+  if (!options_.keep_listeners) {
+    for (auto& l : listeners_) {
+      close(l.fd);
+      l.fd = -1;
+      if (l.is_unix) unlink(l.unix_path.c_str());
+    }
   }
   for (auto& r : reactors_) {
     r->Post([] {
@@ -308,6 +389,19 @@ Status NbdServer::Drain() {
   reactors_.clear();
   UB_INFO("stopped");
   return result;
+}
+
+std::vector<int> NbdServer::listener_fds() const {
+  std::vector<int> fds;
+  for (const auto& l : listeners_)
+    if (l.fd >= 0) fds.push_back(l.fd);
+  return fds;
+}
+
+std::vector<int> NbdServer::TakeListeners() {
+  std::vector<int> fds = listener_fds();
+  listeners_.clear();  // neither closed nor unlinked by the destructor
+  return fds;
 }
 
 }  // namespace ubcache

@@ -45,6 +45,14 @@ struct NbdServerOptions {
   // NBD_OPT_STARTTLS (nbd_handshake.h); credentials are needed unless off.
   nbd::TlsPolicy tls = nbd::TlsPolicy::kOff;
   std::shared_ptr<TlsCredentials> tls_credentials;
+  // Listening sockets a previous server left (an upgrade, a restart;
+  // tools/listener_handover.h): an address bound by one of them takes it
+  // instead of binding anew, so connections queued in its backlog meanwhile
+  // are accepted. The server owns them from Start(); unused ones it closes.
+  std::vector<int> inherited;
+  // Run() leaves the listening sockets open and bound (their path is not
+  // removed) for TakeListeners(): the next server's, through a hand-over.
+  bool keep_listeners = false;
 };
 
 class NbdServer {
@@ -60,6 +68,11 @@ class NbdServer {
   Status Run();
   // Any thread: make Run() return (as a signal would).
   void Stop();
+  // The listening sockets (after Start()).
+  std::vector<int> listener_fds() const;
+  // After Run() with keep_listeners: the listening sockets, now the
+  // caller's to hand over or close.
+  std::vector<int> TakeListeners();
 
   const std::vector<nbd::ExportInfo>& export_infos() const { return infos_; }
   const std::vector<NbdExport>& exports() const { return exports_; }
@@ -79,6 +92,8 @@ class NbdServer {
     std::string unix_path;
   };
   Status Listen(const std::string& address);
+  // The inherited socket bound to `sa`, taken out of options_.inherited; -1: none.
+  int TakeInherited(const sockaddr* sa, socklen_t len);
   void Accept(Listener& l);
   Status Drain();
 

@@ -351,8 +351,16 @@ Status UblkServer::HandOff() {
   for (Dev& d : devs_) {
     unsigned held = 0;
     for (const auto& q : d.queues) held += q->held();
-    // Closing the rings hands the fetched requests back to the driver.
-    ReleaseQueues(d);
+    // The queue threads, their rings and /dev/ublkcN stay as they are until
+    // the process exits: the driver then sees its server gone exactly as
+    // after a kill -9, the path its user recovery is made for, and hands
+    // the held requests back for reissue. (Closing the rings one by one
+    // while the process lives is not that path: on Linux 6.12 a held
+    // request then failed with an I/O error.) The queues are leaked on
+    // purpose: their threads must not be joined, and end with the process.
+    for (auto& q : d.queues) (void)q.release();
+    d.queues.clear();
+    d.char_fd = -1;
     if (d.added)
       UB_INFO("{}: left in place with its I/O held ({} request{} waiting) for the next server's "
               "--recover", BlockPath(d.id), held, held == 1 ? "" : "s");

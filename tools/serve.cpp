@@ -33,6 +33,7 @@
 #include "frontend/ublk_server.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/listener_handover.h"
 #include "tools/service.h"
 #include "util/buffer_pool.h"
 #include "util/clock.h"
@@ -660,19 +661,23 @@ int ServeMain(int argc, char** argv) {
     Status sst = SetEverywhere(targets, kv.substr(0, eq), kv.substr(eq + 1));
     if (!sst.ok()) args.UsageError("--set " + kv + ": " + sst.message());
   }
-  // What a stop does to the ublk devices. A daemon that takes devices over
-  // when it starts (--recover auto, as the unit runs it) leaves them to the
-  // next one on SIGTERM/SIGINT: an upgrade or a restart keeps them
-  // (UblkServer::HandOff). Any other daemon deletes them, as does
-  // `ubcache stop --delete` (the control command `stop delete`).
-  const bool hand_off = args.Get("recover") == "auto";
+  // What a stop does. A daemon that takes over from the previous one when
+  // it starts (--recover auto, as the unit runs it) hands over to the next
+  // one on SIGTERM/SIGINT: an upgrade or a restart keeps its ublk devices
+  // (UblkServer::HandOff) and its NBD listening sockets. Any other daemon
+  // deletes the devices and closes the sockets, as does `ubcache stop
+  // --delete` (the control command `stop delete`): the final stop.
+  const bool recover_auto = args.Get("recover") == "auto";
   std::atomic<bool> delete_devices{false};
-  auto stop_hook = [&delete_devices, hand_off, ublk_on = args.Has("ublk")](bool del) {
+  auto stop_hook = [&delete_devices, hand_off = recover_auto, ublk_on = args.Has("ublk")](bool del) {
     if (del) delete_devices.store(true);
     kill(getpid(), SIGTERM);  // taken by the server's signalfd, as an outside SIGTERM
     std::string what = "pid " + std::to_string(getpid()) + " stopping";
-    if (ublk_on) what += hand_off && !del ? "; its ublk devices stay, their I/O held for the next start"
-                                         : "; its ublk devices are deleted";
+    if (hand_off && !del)
+      what += std::string(", handing over to the next start: ") +
+              (ublk_on ? "its ublk devices stay, their I/O held; " : "") + "its NBD listening sockets stay open";
+    else if (ublk_on)
+      what += "; its ublk devices are deleted";
     return what;
   };
   std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), targets, stop_hook);
@@ -687,19 +692,33 @@ int ServeMain(int argc, char** argv) {
     if (!sst.ok()) UB_WARN("{}: no READY=1 for a service manager, no reload on SIGHUP", sst.message());
   };
   Status st;
+  std::vector<int> kept_listeners;  // a hand-off's, for the next start
   if (args.Has("nbd")) {
     NbdServerOptions so;
     so.listen = args.GetAll("nbd");
     so.threads = static_cast<unsigned>(*threads);
     TlsFromArgs(args, &so);
+    // The listening sockets pass from one daemon to the next
+    // (tools/listener_handover.h): taken over here, kept open at a hand-off.
+    so.inherited = InheritedListeners(so.listen);
+    so.keep_listeners = recover_auto;
     NbdServer server(std::move(exports), so);
     st = server.Start();
     if (!st.ok()) {
       if (ublk) (void)ublk->Stop();  // no ublk device outlives a failed start
       Die(2, st.message());
     }
+    bool stored = StoreListeners(server.listener_fds());
     start_service();
     st = server.Run();
+    if (recover_auto) {
+      kept_listeners = server.TakeListeners();
+      // Under a service manager its fd store holds copies already.
+      if (stored || delete_devices.load()) {
+        for (int fd : kept_listeners) close(fd);
+        kept_listeners.clear();
+      }
+    }
   } else {
     start_service();
     ublk->WaitForSignal();
@@ -711,7 +730,7 @@ int ServeMain(int argc, char** argv) {
     // replays nothing. The next daemon must start after this one exited (a
     // restart does; by hand, its recovery refuses a device whose server
     // still lives).
-    Status ust = hand_off && !delete_devices.load() ? ublk->HandOff() : ublk->Stop();
+    Status ust = recover_auto && !delete_devices.load() ? ublk->HandOff() : ublk->Stop();
     if (st.ok()) st = ust;
   }
   if (ctl) ctl->Stop();
@@ -723,6 +742,8 @@ int ServeMain(int argc, char** argv) {
     Status sst = set->Shutdown();
     if (!sst.ok()) UB_ERROR("cache shutdown: {} (the next start is cold)", sst.ToString());
   }
+  // Last, when nothing else of this daemon runs: the keeper is a fork.
+  KeepListeners(kept_listeners, args.GetAll("nbd"));
   if (!st.ok()) {
     UB_ERROR("{}", st.ToString());
     return 1;

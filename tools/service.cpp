@@ -19,7 +19,7 @@
 
 namespace ubcache {
 
-bool NotifyServiceManager(const std::string& state) {
+bool NotifyServiceManager(const std::string& state, const std::vector<int>& fds) {
   const char* path = std::getenv("NOTIFY_SOCKET");
   if (!path || !*path) return false;
   sockaddr_un addr{};
@@ -30,8 +30,24 @@ bool NotifyServiceManager(const std::string& state) {
   if (path[0] == '@') addr.sun_path[0] = '\0';  // an abstract socket
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
-  ssize_t n = sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
-                     static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  iovec iov{const_cast<char*>(state.data()), state.size()};
+  msghdr msg{};
+  msg.msg_name = &addr;
+  msg.msg_namelen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control;
+  if (!fds.empty()) {
+    control.resize(CMSG_SPACE(sizeof(int) * fds.size()));
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
   close(fd);
   return n == static_cast<ssize_t>(state.size());
 }

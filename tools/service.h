@@ -12,14 +12,16 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "util/status.h"
 
 namespace ubcache {
 
-// Sends `state` (KEY=VALUE lines) to the service manager; false when none
-// listens or the datagram could not be sent.
-bool NotifyServiceManager(const std::string& state);
+// Sends `state` (KEY=VALUE lines), and `fds` with it (FDSTORE=1), to the
+// service manager; false when none listens or the datagram could not be
+// sent.
+bool NotifyServiceManager(const std::string& state, const std::vector<int>& fds = {});
 
 class ServiceLoop {
  public:
