@@ -83,9 +83,9 @@ help_options() {  # CMD — every option name of `ubcache CMD --help`
 
 # ---- 1. commands, global options ----
 mapfile -t commands < <("$UBCACHE" --help | sed -n '/^Commands:/,/^$/p' | awk 'NR > 1 && NF { print $1 }')
-((${#commands[@]} >= 7)) || fail "ubcache --help lists ${#commands[@]} commands: ${commands[*]}"
+((${#commands[@]} >= 8)) || fail "ubcache --help lists ${#commands[@]} commands: ${commands[*]}"
 expect "ubcache " "${commands[@]}"
-expect "ubcache s" serve show-super status
+expect "ubcache s" serve show-super status stop
 expect "ubcache --" --log-level --version --help
 expect "ubcache --log-level " trace debug info warn error off
 expect "ubcache -v --log-level i" info
@@ -150,6 +150,9 @@ expect "ubcache serve --nbd unix:$WORK/run/d" "$WORK/run/disks.sock"
 expect "ubcache status --control " "$WORK/run/disks.sock"
 expect "ubcache ctl --control " "$WORK/run/disks.sock"
 expect "ubcache status --dir $WORK/r" "$WORK/run"
+expect "ubcache stop --control " "$WORK/run/disks.sock"
+expect "ubcache stop d" disks
+expect "ubcache stop --delete --dir $WORK/run " disks
 
 # ---- 5. quiet ----
 [[ ! -s $WORK/stderr ]] || fail "the completion wrote to stderr: $(head -n 20 "$WORK/stderr")"
