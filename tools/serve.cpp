@@ -249,8 +249,11 @@ Args ServeArgs() {
   Args args("serve", "--backing SPEC (--nbd unix:PATH|tcp:HOST:PORT | --ublk) [options]",
             "Serves SPEC as an NBD export on every --nbd address and/or, with --ublk, as\n"
             "/dev/ublkbN, until SIGTERM or Ctrl-C; then stops accepting, finishes\n"
-            "requests in flight, flushes, deletes the ublk devices and exits 0. Attach\n"
-            "with any NBD client, e.g.\n"
+            "requests in flight, flushes, saves the cache's index and exits 0. With\n"
+            "--recover auto (as the unit runs it) a stop hands over to the next start:\n"
+            "the ublk devices stay, their I/O held, and the NBD listening sockets stay\n"
+            "open; otherwise, or after `ubcache stop --delete`, the devices are deleted.\n"
+            "Attach with any NBD client, e.g.\n"
             "  nbdinfo 'nbd+unix:///?socket=PATH'\n"
             "  nbd-client -unix PATH /dev/nbd0\n"
             "  qemu-io -f raw 'nbd+unix:///?socket=PATH'\n"
@@ -302,8 +305,9 @@ Args ServeArgs() {
       .Option("recover", "N|auto",
               "N: reattach the ublk devices N, N+1, ... that a killed server left (implies --ublk); "
               "auto: with --ublk and --ublk-id, reattach each device that exists and add the others, "
-              "so one command line starts the devices and takes them over after a crash (nothing "
-              "to do without --ublk)")
+              "so one command line starts the devices and takes them over after a crash or a stop; "
+              "such a daemon also hands over at its own stop (the devices stay, and the NBD "
+              "listening sockets), unless stopped with `ubcache stop --delete`")
       .Option("export", "NAME",
               "export name, one per --backing in order (the empty name selects the first)",
               "ubcache", true)

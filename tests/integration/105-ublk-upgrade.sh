@@ -50,12 +50,22 @@ start() {  # the unit's ExecStart, with binary $BIN; waits for COUNT lines of PA
   i=0; while [ ! -S "$CTL" ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "no $CTL"; sleep 0.1; done
 }
 ctl_get() { "$BIN" ctl --control "$CTL" get "$1" || fail "ctl get $1"; }
+# fio_signal SIG: to every fio process.
+fio_signal() {
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = fio ] && kill -"$1" "${p#/proc/}" 2>/dev/null
+  done
+  return 0
+}
 # warm_ratio: per mille of the cache hits while reading /mnt/u/warm with
-# O_DIRECT (fio's reads meanwhile count too; they hit as well).
+# O_DIRECT, fio paused meanwhile (its reads and ext4's would blur it).
 warm_ratio() {
+  fio_signal STOP
+  sleep 0.5
   h0=$(ctl_get stats_total/cache_hits); m0=$(ctl_get stats_total/cache_misses)
   dd if=/mnt/u/warm of=/dev/null bs=64k iflag=direct 2>/dev/null || fail "reading /mnt/u/warm failed"
   h1=$(ctl_get stats_total/cache_hits); m1=$(ctl_get stats_total/cache_misses)
+  fio_signal CONT
   dh=$((h1 - h0)); dm=$((m1 - m0))
   [ $((dh + dm)) -gt 0 ] || fail "reading /mnt/u/warm counted no cache lookup"
   echo $((1000 * dh / (dh + dm)))
@@ -68,7 +78,7 @@ mount -t ext4 /dev/ublkb0 /mnt/u || fail "mount failed"
 dd if=/dev/urandom of=/mnt/u/warm bs=1M count=8 2>/dev/null && sync || fail "writing /mnt/u/warm failed"
 sum=$(sha256sum </mnt/u/warm)
 
-# fio, one verifying job after another until /tmp/fio.stop: each writes 8 MiB
+# fio, one verifying job after another until /tmp/fio.stop: each writes 4 MiB
 # in random 4k blocks (rate-limited, so a job spans an upgrade) and reads
 # every block back against its checksum.
 rm -f /tmp/fio.stop /tmp/fio.failed
@@ -76,7 +86,7 @@ rm -f /tmp/fio.stop /tmp/fio.failed
   n=0
   while [ ! -e /tmp/fio.stop ]; do
     n=$((n + 1))
-    /usr/bin/fio --name=upgrade$n --filename=/mnt/u/fio.dat --size=8M --rw=randwrite --bs=4k \
+    /usr/bin/fio --name=upgrade$n --filename=/mnt/u/fio.dat --size=4M --rw=randwrite --bs=4k \
       --ioengine=libaio --direct=1 --iodepth=8 --rate_iops=500 --verify=crc32c --verify_fatal=1 \
       --do_verify=1 --output-format=json --output=/tmp/fio.$n.json >/dev/null 2>/tmp/fio.$n.err ||
       { echo "$n" >/tmp/fio.failed; break; }
@@ -107,7 +117,7 @@ for u in 1 2 3 4 5; do
   after=$(warm_ratio)
   say "upgrade $u ($(basename "$BIN")): /dev/ublkb0 kept, nothing replayed, hit ratio reading a file written before: $before per mille before, $after after"
   [ "$after" -ge "$before" ] || fail "upgrade $u: hit ratio fell from $before to $after per mille (a cold cache?)"
-  sleep 2
+  sleep 1
 done
 
 touch /tmp/fio.stop
@@ -139,6 +149,7 @@ grep -q 'devices stopped and deleted' "$SRV_LOG" || fail "no 'devices stopped an
 say OK
 GUEST
 format_cache_backing 128M 256M  # $WORK/cache.img, $WORK/backing.img: the guest disks
-vm_guest "$WORK/guest.sh" --disk "$WORK/cache.img" --disk "$WORK/backing.img" \
+# Five stops and starts of the daemon under emulation: more than the default.
+VM_TIMEOUT=${VM_TIMEOUT:-560} vm_guest "$WORK/guest.sh" --disk "$WORK/cache.img" --disk "$WORK/backing.img" \
   --module ext4 --with /sbin/mke2fs --with /sbin/e2fsck --with /usr/bin/fio --file /etc/mke2fs.conf
 grep '^guest: fio:' "$WORK/vm.1.log" >&2
