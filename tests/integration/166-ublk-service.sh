@@ -8,9 +8,10 @@
 # is made and mounted on it; a file writer runs while the daemon is killed
 # with kill -9 twice; each restart, with the same command line, reattaches
 # the device ("reattached", not a new one); the writer finishes without an
-# I/O error, every file checks out, e2fsck -fn is clean. SIGTERM then stops
-# the loop (exit 0) and deletes the device. Writeback, so the crash finds
-# dirty data in the cache.
+# I/O error, every file checks out, e2fsck -fn is clean. `ubcache stop
+# --delete` then stops the loop (exit 0) and deletes the device (a plain
+# SIGTERM would hand it over to the next start: 105-ublk-upgrade).
+# Writeback, so the crash finds dirty data in the cache.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 
@@ -71,11 +72,12 @@ umount /mnt/u
 fsck_clean /dev/ublkb0
 [ "$(grep -c '/dev/ublkb0: serving export' "$SRV_LOG")" -eq 1 ] || fail "a restart added a new device instead of reattaching"
 ! grep -q 'ublk queue' "$SRV_LOG" || fail "request errors in the server log"
-kill -TERM "$(cat "$WORKDIR/srv.pid")"
+"$UBCACHE" stop --delete --control "$WORKDIR/ctl.sock" 2>"$WORKDIR/stop.err" ||
+  fail "ubcache stop --delete: $(cat "$WORKDIR/stop.err")"
 wait $LOOP
 [ "$(cat "$WORKDIR/exits" | tr '\n' ' ')" = "exit 137 exit 137 exit 0 " ] ||
   fail "exit statuses: $(cat "$WORKDIR/exits")"
-[ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 left behind after SIGTERM"
+[ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 left behind after ubcache stop --delete"
 say OK
 GUEST
 format_cache_backing 128M 256M  # $WORK/cache.img, $WORK/backing.img: the guest disks
