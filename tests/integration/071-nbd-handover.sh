@@ -10,6 +10,10 @@
 # stop closes their connection, and every read returns what was written
 # before the first restart. `ubcache stop --delete` is the final stop:
 # nothing keeps the sockets, a client is refused, no keeper is left.
+# Then the same restart under a stand-in service manager that speaks
+# systemd's protocol (sd_notify FDSTORE=1 in, LISTEN_FDS/LISTEN_PID out): the
+# daemon stores its sockets there, leaves no keeper, and the next start
+# takes them from LISTEN_FDS while a client waits.
 source "$(dirname "$0")/lib.sh"
 
 format_cache_backing 64M 128M
@@ -46,6 +50,7 @@ stopped() {  # the daemon $PID exited 0 and left a keeper
 
 start
 nbdcopy "$WORK/src.img" "$(nbd_uri)" || fail "nbdcopy into the export failed"
+SIZE=$(nbdinfo --size "$(nbd_uri)") || fail "nbdinfo --size failed"
 
 # Readers over Unix and TCP until $WORK/readers.stop: each read is a new
 # connection, 64 KiB at a random offset, compared with src.img. A stop
@@ -119,3 +124,76 @@ grep -q '^[1-9][0-9]* reads' "$WORK/readers.out" || fail "the readers read nothi
 wait $PID || fail "serve exited $? after stop --delete"
 ! grep -q 'listening sockets stay open' "$LOG" || fail "stop --delete left a keeper"
 ! timeout 10 nbdinfo "$(nbd_uri)" >/dev/null 2>&1 || fail "a client still connects after stop --delete"
+
+# ---- under a service manager: the file descriptor store ----
+EXPORT_SIZE=$SIZE python3 - "$UBCACHE" "$WORK" "$SOCK" "${ARGS[@]}" >"$WORK/manager.out" 2>&1 <<'PY' || fail "fd store: $(cat "$WORK/manager.out")"
+import array, os, signal, socket, subprocess, sys, time
+ubcache, work, sock, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+notify.bind(work + "/manager.notify")
+stored = []
+
+def start(n, fds):
+    """serve under the manager: NOTIFY_SOCKET, and fds as LISTEN_FDS from 3."""
+    log = open("%s/managed.%d.log" % (work, n), "w")
+    pid = os.fork()
+    if pid == 0:
+        for i, fd in enumerate(fds):
+            os.dup2(fd, 100 + i)
+        for i in range(len(fds)):
+            os.dup2(100 + i, 3 + i)
+            os.set_inheritable(3 + i, True)
+        os.dup2(log.fileno(), 2)
+        env = dict(os.environ, NOTIFY_SOCKET=work + "/manager.notify")
+        if fds:
+            env.update(LISTEN_FDS=str(len(fds)), LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES=":".join(["nbd"] * len(fds)))
+        os.execve(ubcache, [ubcache, "serve"] + args, env)
+    return pid
+
+def wait_ready(pid):
+    """Notifications until READY=1; FDSTORE=1 ones are kept (their fds)."""
+    notify.settimeout(60)
+    while True:
+        msg, anc, _, _ = notify.recvmsg(4096, socket.CMSG_SPACE(64 * 4))
+        fds = []
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i"); a.frombytes(data[: len(data) - len(data) % 4]); fds += list(a)
+        if b"FDSTORE=1" in msg:
+            stored.extend(fds)
+        else:
+            for fd in fds: os.close(fd)
+        if b"READY=1" in msg:
+            return
+
+pid = start(1, [])
+import atexit
+atexit.register(lambda: os.kill(pid, signal.SIGKILL) if os.path.exists("/proc/%d" % pid) else None)  # a failure leaves nothing
+wait_ready(pid)
+if len(stored) != 2:
+    sys.exit("FDSTORE=1 brought %d sockets, not 2" % len(stored))
+os.kill(pid, signal.SIGTERM)
+if os.waitpid(pid, 0)[1] != 0:
+    sys.exit("serve 1 did not exit 0")
+log1 = open(work + "/managed.1.log").read()
+if "listening sockets stay open in process" in log1:
+    sys.exit("serve 1 left a keeper under a service manager")
+# A client now, with only the store holding the sockets: it must wait.
+client = subprocess.Popen(["nbdinfo", "--size", "nbd+unix:///?socket=" + sock], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+time.sleep(1)
+if client.poll() is not None:
+    sys.exit("a client between stop and start ended: %s" % client.stdout.read().decode())
+pid = start(2, stored)
+wait_ready(pid)
+out = client.communicate(timeout=60)[0].decode().strip()
+if client.returncode != 0 or out != os.environ["EXPORT_SIZE"]:
+    sys.exit("the waiting client got %r (exit %d)" % (out, client.returncode))
+log2 = open(work + "/managed.2.log").read()
+for what in ("2 sockets from the service manager", "unix:%s: listening socket taken over" % sock):
+    if what not in log2:
+        sys.exit("serve 2's log lacks %r" % what)
+subprocess.run([ubcache, "stop", "--delete", "--control", work + "/ctl.sock"], check=True, stderr=subprocess.DEVNULL)
+os.waitpid(pid, 0)
+print("fd store: 2 sockets stored, passed as LISTEN_FDS, a waiting client served")
+PY
+log "$(cat "$WORK/manager.out")"
