@@ -241,3 +241,23 @@ TEST_CASE("flush with nothing dirty returns at once after one progress line") {
   for (const char* f : {"rate:", "dirty:", "target:", "proportional:", "integral:", "change:"})
     CHECK(dbg->find(f) != std::string::npos);
 }
+
+TEST_CASE("stop asks the daemon through its hook, with delete only when told") {
+  ControlRig rig;
+  Controller none({rig.target});
+  auto refused = Run(none, "ubcache-ctl/1 stop");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("SIGTERM only") != std::string::npos);
+
+  std::vector<bool> calls;
+  Controller c({rig.target}, [&calls](bool del) {
+    calls.push_back(del);
+    return std::string("pid 1 stopping");
+  });
+  CHECK(Out(c, "ubcache-ctl/1 stop") == "pid 1 stopping\n");
+  CHECK(Out(c, "ubcache-ctl/1 stop delete") == "pid 1 stopping\n");
+  auto bad = Run(c, "ubcache-ctl/1 stop now");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "stop: 'now': the only argument is delete");
+  CHECK(calls == std::vector<bool>{false, true});
+}
