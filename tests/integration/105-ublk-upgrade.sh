@@ -49,7 +49,12 @@ start() {  # the unit's ExecStart, with binary $BIN; waits for COUNT lines of PA
   # The control socket comes up before the device; wait for it anyway.
   i=0; while [ ! -S "$CTL" ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "no $CTL"; sleep 0.1; done
 }
-ctl_get() { "$BIN" ctl --control "$CTL" get "$1" || fail "ctl get $1"; }
+# counts: "HITS MISSES" since the daemon started (one ctl call: each loads
+# the binary, slow in an emulated guest).
+counts() {
+  "$BIN" ctl --control "$CTL" stats stats_total >/tmp/stats || fail "ctl stats failed"
+  awk '$1 == "stats_total/cache_hits" { h = $2 } $1 == "stats_total/cache_misses" { m = $2 } END { print h, m }' /tmp/stats
+}
 # fio_signal SIG: to every fio process.
 fio_signal() {
   for p in /proc/[0-9]*; do
@@ -62,9 +67,9 @@ fio_signal() {
 warm_ratio() {
   fio_signal STOP
   sleep 0.5
-  h0=$(ctl_get stats_total/cache_hits); m0=$(ctl_get stats_total/cache_misses)
+  set -- $(counts); h0=$1 m0=$2
   dd if=/mnt/u/warm of=/dev/null bs=64k iflag=direct 2>/dev/null || fail "reading /mnt/u/warm failed"
-  h1=$(ctl_get stats_total/cache_hits); m1=$(ctl_get stats_total/cache_misses)
+  set -- $(counts); h1=$1 m1=$2
   fio_signal CONT
   dh=$((h1 - h0)); dm=$((m1 - m0))
   [ $((dh + dm)) -gt 0 ] || fail "reading /mnt/u/warm counted no cache lookup"
