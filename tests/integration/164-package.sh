@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# 164-package — the Debian package (debian/, issue 16): copies the source
-# tree (git's files, untracked ones not ignored included) into $WORK, builds
-# it with `dpkg-buildpackage -us -uc -b`, runs lintian on the .changes
-# (fails on any E: tag, prints every other tag and each override's reason),
-# installs the .deb with `apt-get install`, and checks from the installed
-# files only:
+# 164-package — the Debian package (debian/, issue 16): builds it with
+# scripts/build-deb (`dpkg-buildpackage -us -uc -b` on a copy of the source
+# tree; a tree built before, by 168-systemd say, is not built again), runs
+# lintian on the .changes (fails on any E: tag, prints every other tag and
+# each override's reason), installs the .deb with `apt-get install`, and
+# checks from the installed files only:
 #  - /usr/bin/ubcache --version prints the changelog's upstream version;
 #  - `ubcache status` with no daemon exits 3 saying "no daemon running";
 #  - `man ubcache` renders, and every subcommand's page is found;
@@ -17,11 +17,7 @@
 # run purges it too: the machine is left as it was found. Needs root; it
 # refuses to run when a ubcache package or /usr/bin/ubcache is already
 # there.
-# The build is the package's own but for what the test would throw away:
-# no unit tests (nocheck: ctest runs them), no debug symbols package
-# (noddebs) and so no debug info compiled (-g stripped from
-# dpkg-buildflags' CFLAGS/CXXFLAGS; the .deb's binary is stripped either
-# way), all cores, under nice.
+# How the package is built (no unit tests, no debug info): scripts/build-deb.
 # ctest: run alone
 # (the build keeps every core busy for minutes: beside it, other tests'
 # deadlines would be noise, and it would miss its own timeout.)
@@ -42,29 +38,17 @@ if pkg_present; then
 fi
 [[ ! -e /usr/bin/ubcache ]] || fail "/usr/bin/ubcache exists and no package owns it: not overwriting it"
 
-# ---- a copy of the source tree: the build never writes into $UBCACHE_SRC
-git -C "$UBCACHE_SRC" rev-parse --git-dir >/dev/null 2>&1 || fail "$UBCACHE_SRC is not a git checkout"
+# ---- build (or the build of the same tree, done before)
 VERSION=$(dpkg-parsechangelog -l "$UBCACHE_SRC/debian/changelog" -S Version)
 UPSTREAM=${VERSION%-*}
-SRC=$WORK/src/ubcache-$UPSTREAM
-mkdir -p "$SRC"
-# Files deleted from the working tree but still in git's index are skipped.
-git -C "$UBCACHE_SRC" ls-files -z --cached --others --exclude-standard |
-  while IFS= read -r -d '' f; do [[ -e $UBCACHE_SRC/$f ]] && printf '%s\0' "$f"; done |
-  tar -C "$UBCACHE_SRC" --null -T - -cf - | tar -C "$SRC" -xf - || fail "cannot copy the source tree"
-log "building ubcache $VERSION in $SRC"
-
-# ---- build
-start=$SECONDS
-(cd "$SRC" && DEB_BUILD_OPTIONS="nocheck noddebs parallel=$(nproc)" DEB_BUILD_PROFILES=nocheck \
-   DEB_CFLAGS_STRIP=-g DEB_CXXFLAGS_STRIP=-g nice -n 10 dpkg-buildpackage -us -uc -b) >"$WORK/build.log" 2>&1 ||
-  fail "dpkg-buildpackage failed: $(tail -n 40 "$WORK/build.log")"
-BUILD_SECONDS=$((SECONDS - start))
+DEB_DIR=$("$UBCACHE_SRC/scripts/build-deb" "$UBCACHE_SRC" 2>"$WORK/build-deb.log") ||
+  fail "scripts/build-deb failed: $(tail -n 40 "$WORK/build-deb.log")"
+BUILD_SECONDS=$(cat "$DEB_DIR/done")
 ARCH=$(dpkg-architecture -qDEB_HOST_ARCH)
-DEB=$WORK/src/ubcache_${VERSION}_$ARCH.deb
-CHANGES=$WORK/src/ubcache_${VERSION}_$ARCH.changes
-[[ -f $DEB && -f $CHANGES ]] || fail "no $DEB or $CHANGES after the build: $(ls "$WORK/src")"
-log "built $(basename "$DEB") in ${BUILD_SECONDS}s"
+DEB=$DEB_DIR/ubcache_${VERSION}_$ARCH.deb
+CHANGES=$DEB_DIR/ubcache_${VERSION}_$ARCH.changes
+[[ -f $DEB && -f $CHANGES ]] || fail "no $DEB or $CHANGES after the build: $(ls "$DEB_DIR")"
+log "$(tail -n 1 "$WORK/build-deb.log") (the build took ${BUILD_SECONDS}s)"
 
 # ---- lintian: E: fails, the rest is printed (overridden tags with their reasons)
 rc=0
@@ -80,7 +64,7 @@ purge() {
   fi
 }
 on_exit purge
-(cd "$WORK/src" && "${APT[@]}" install "./$(basename "$DEB")") >"$WORK/apt.log" 2>&1 ||
+(cd "$DEB_DIR" && "${APT[@]}" install "./$(basename "$DEB")") >"$WORK/apt.log" 2>&1 ||
   fail "apt-get install ./$(basename "$DEB") failed: $(tail -n 20 "$WORK/apt.log")"
 [[ $(dpkg-query -W -f='${Status} ${Version}' ubcache) == "install ok installed $VERSION" ]] ||
   fail "ubcache is not installed: $(dpkg-query -W -f='${Status} ${Version}' ubcache)"
