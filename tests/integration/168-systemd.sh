@@ -23,12 +23,11 @@
 # /var/tmp/ubcache-nspawn/bookworm; the container boots from an overlay on
 # it, so the tree stays as the script made it.
 # ctest: label systemd
-# ctest: run alone
-# (when the package is not built yet, its build keeps every core busy for
-# minutes.)
+# ctest: after 164-package
+# (164 builds the package, alone on the machine; this test finds it built.)
 # ctest: timeout 1800
-# (a fresh machine builds the package, unless 164 did, and debootstraps
-# the tree: minutes each; a rerun takes about a minute.)
+# (a fresh machine debootstraps the tree, and builds the package when 164
+# did not run: minutes each; a rerun takes under a minute.)
 source "$(dirname "$0")/lib.sh"
 
 export DEBIAN_FRONTEND=noninteractive
