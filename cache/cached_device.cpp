@@ -93,10 +93,21 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
       set_(set),
       dev_(dev_index),
       backing_(backing),
-      super_(super) {
+      super_(super),
+      handshake_(super && super->state() == BackingState::kDirty),
+      ranges_(spec_, set, dev_index) {
   if (super_ && set_->persistent() && !backing->read_only()) {
-    dirty_ok_ = super_->state() == BackingState::kDirty;
-    writeback_ = std::make_unique<Writeback>(this);
+    writeback_ = std::make_unique<Writeback>(Writeback::Parts{.spec = spec_,
+                                                              .set = set_,
+                                                              .dev = dev_,
+                                                              .size = size(),
+                                                              .backing = backing_,
+                                                              .super = super_,
+                                                              .ranges = &ranges_,
+                                                              .handshake = &handshake_,
+                                                              .activity = &activity_,
+                                                              .backing_time = &backing_time_,
+                                                              .host = this});
     writeback_->Start();
     can_writeback_ = true;
   }
@@ -197,7 +208,7 @@ void CachedDevice::Fence(const std::string& why) {
            "nor written back; restart with --after-fence once the image's new owner is done with it",
            spec_, why, FormatSize(dirty_bytes()));
   // Writes waiting for the backing superblock go on, to fail below.
-  SetDirtyOk(false);
+  handshake_.SetDirtyOk(false);
   if (writeback_) writeback_->Kick();  // it records the fence
 }
 
@@ -239,7 +250,7 @@ IoDone CachedDevice::Timing(RequestStats::Op op, uint64_t len, uint64_t start_ns
 void CachedDevice::DoSubmit(const IoRequest& req, IoDone client) {
   // One clock reading for the writeback thread's idle test and the latency.
   const uint64_t now = NowNanos();
-  last_request_ns_.store(now, std::memory_order_relaxed);
+  activity_.Request(now);
   // The hot path, a read through the cache, records itself when its last
   // piece completes (PieceDone), with the clock reading that piece's
   // completion took anyway: no wrapper, no second reading. Any other
@@ -294,7 +305,7 @@ void CachedDevice::ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool wa
   uint8_t* dst = static_cast<uint8_t*>(op->req.buf) + (start - op->req.offset);
   bool fill = !op->bypass && !was_hit;
   uint64_t t0 = NowNanos();
-  last_backing_read_ns_.store(t0, std::memory_order_relaxed);
+  activity_.BackingRead(t0);
   backing_->Read(start, len, dst, [this, op, start, len, dst, fill, t0](Status st) {
     uint64_t now = NowNanos();
     if (st.ok()) backing_time_.Observe(ServiceTime::Op::kRead, len, now - t0, now);
@@ -512,90 +523,9 @@ bool CachedDevice::WriteThroughAtCutoff() {
   // writes are being turned away (Writeback::Pass), and wakes from its
   // writeback_delay sleep now.
   cutoff_writethroughs_.fetch_add(1, std::memory_order_relaxed);
-  uint64_t now = NowNanos();
-  bool recently = TurnedAwayRecently(now);
-  last_cutoff_ns_.store(now, std::memory_order_relaxed);
+  bool recently = activity_.TurnedAway(NowNanos());
   if (writeback_ && !recently) writeback_->Kick();
   return false;
-}
-
-bool CachedDevice::TurnedAwayRecently(uint64_t now) const {
-  return now - last_cutoff_ns_.load(std::memory_order_relaxed) < Writeback::kCutoffWindowNs;
-}
-
-bool CachedDevice::RegisterWriteback(uint64_t start, uint64_t end) {
-  std::lock_guard<std::mutex> l(wb_mu_);
-  // A foreground write over dirty data owns the range until its insert: the
-  // dirty copy it replaces must not be written back over its data.
-  for (const Range& r : ranges_)
-    if (!r.writeback && r.start < end && start < r.end) return false;
-  ranges_.push_back({start, end, true});
-  wb_count_.fetch_add(1, std::memory_order_seq_cst);
-  return true;
-}
-
-void CachedDevice::ReleaseRange(uint64_t start, uint64_t end, bool writeback) {
-  std::vector<Waiter> ready;
-  {
-    std::lock_guard<std::mutex> l(wb_mu_);
-    auto it = std::find_if(ranges_.begin(), ranges_.end(), [&](const Range& r) {
-      return r.start == start && r.end == end && r.writeback == writeback;
-    });
-    if (it != ranges_.end()) ranges_.erase(it);
-    if (writeback) wb_count_.fetch_sub(1, std::memory_order_seq_cst);
-    for (size_t i = 0; i < wb_waiters_.size();) {
-      Waiter& w = wb_waiters_[i];
-      if (OverlapsWritebackLocked(w.start, w.end)) {
-        i++;
-        continue;
-      }
-      if (w.take) ranges_.push_back({w.start, w.end, false});
-      ready.push_back(std::move(w));
-      wb_waiters_.erase(wb_waiters_.begin() + static_cast<long>(i));
-    }
-  }
-  for (Waiter& w : ready) w.reactor->Post(std::move(w.fn));
-}
-
-bool CachedDevice::OverlapsWritebackLocked(uint64_t start, uint64_t end) const {
-  return std::any_of(ranges_.begin(), ranges_.end(),
-                     [&](const Range& r) { return r.writeback && r.start < end && start < r.end; });
-}
-
-void CachedDevice::AfterWriteback(uint64_t start, uint64_t end, Callback<void()> fn) {
-  // The caller invalidated the range before this (seq_cst) load: either the
-  // writeback thread's later lookup no longer finds the old extents, or its
-  // registration is seen here (Writeback::Pass registers, then looks up).
-  if (wb_count_.load(std::memory_order_seq_cst) != 0) {
-    std::lock_guard<std::mutex> l(wb_mu_);
-    if (OverlapsWritebackLocked(start, end)) {
-      wb_waiters_.push_back({start, end, false, Reactor::Current(), std::move(fn)});
-      return;
-    }
-  }
-  fn();
-}
-
-void CachedDevice::BeginForeground(uint64_t start, uint64_t end, Callback<void()> fn) {
-  {
-    std::lock_guard<std::mutex> l(wb_mu_);
-    if (OverlapsWritebackLocked(start, end)) {
-      wb_waiters_.push_back({start, end, true, Reactor::Current(), std::move(fn)});
-      return;
-    }
-    ranges_.push_back({start, end, false});
-  }
-  fn();
-}
-
-void CachedDevice::SetDirtyOk(bool ok) {
-  std::vector<Waiter> ready;
-  {
-    std::lock_guard<std::mutex> l(wb_mu_);
-    dirty_ok_.store(ok, std::memory_order_seq_cst);
-    if (ok || !want_dirty_.load()) ready.swap(dirty_waiters_);
-  }
-  for (Waiter& w : ready) w.reactor->Post(std::move(w.fn));
 }
 
 void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_before, bool dirty_refused) {
@@ -639,25 +569,6 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
   WriteThrough(req, std::move(done), bypass, has_dirty, dropped_clean);
 }
 
-void CachedDevice::AfterCleanDropped(uint64_t offset, uint64_t len, bool dropped, Callback<void()> fn) {
-  bool dirty_left = false;
-  uint64_t again = 0;
-  Status ist = set_->index().InvalidateClean(dev_, offset, len, &dirty_left, &again);
-  if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
-  if (!(dropped || again > 0 || !ist.ok()) || !set_->persistent()) {
-    fn();
-    return;
-  }
-  set_->CommitAsync([this, fn = std::move(fn)](Status st) mutable {
-    // Not durable: a power cut before a later commit may still bring the
-    // clean copy back; the write itself goes on (the backing device is the
-    // truth for it, and the cache's error is counted where it happened).
-    if (!st.ok())
-      UB_WARN("{}: journal commit before a backing write failed ({}); writing anyway", spec_, st.ToString());
-    fn();
-  });
-}
-
 void CachedDevice::WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done) {
   uint64_t t0 = NowNanos();
   set_->cache_dev()->Write(e.cache_offset, e.len, data, 0,
@@ -684,29 +595,16 @@ struct WriteBackOp {
 };
 
 bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean) {
-  // The handshake with Writeback::StateTransitions: counted first, then the
-  // state read (both seq_cst), so the thread never marks the backing
-  // superblock clean under a write it did not see.
-  dirty_inflight_.fetch_add(1, std::memory_order_seq_cst);
-  if (!dirty_ok_.load(std::memory_order_seq_cst)) {
-    // `dirty` must be durable on the backing device before the first dirty
-    // write is acknowledged: wait for the writeback thread to write it,
-    // then start this write again.
-    std::lock_guard<std::mutex> l(wb_mu_);
-    if (!dirty_ok_.load(std::memory_order_seq_cst)) {
-      IoRequest r = req;
-      dirty_waiters_.push_back({0, 0, false, Reactor::Current(),
-                                [this, r, d = std::move(done), dropped_clean]() mutable {
-                                  dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
-                                  // Woken with dirty_ok_ still false: marking
-                                  // failed (SetDirtyOk(false)), so through.
-                                  DoWrite(r, std::move(d), dropped_clean,
-                                          !dirty_ok_.load(std::memory_order_seq_cst));
-                                }});
-      want_dirty_ = true;
-      writeback_->Kick();
-      return true;
-    }
+  // Rule 7: `dirty` is durable on the backing device before the first
+  // dirty write is acknowledged. If it is not yet, the writeback thread
+  // writes it and this write starts again (through, if that failed).
+  if (!handshake_.Enter([&]() -> Callback<void(bool)> {
+        return [this, r = req, d = std::move(done), dropped_clean](bool refused) mutable {
+          DoWrite(r, std::move(d), dropped_clean, refused);
+        };
+      })) {
+    writeback_->Kick();
+    return true;
   }
   const uint64_t bucket = set_->options().bucket_size;
   ReplacementPolicy policy = set_->knobs().replacement.load(std::memory_order_relaxed);
@@ -721,7 +619,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty,
       cache_full_bypasses_.fetch_add(1, std::memory_order_relaxed);
       for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
       delete op;
-      dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
+      handshake_.Leave();
       return false;
     }
     op->extents.push_back(Extent{.dev = dev_,
@@ -752,7 +650,7 @@ bool CachedDevice::WriteBack(const IoRequest& req, IoDone& done, bool has_dirty,
     // bytes are not counted, and a reclaim in between would bump the gen
     // under the new extent (which would then read as stale: lost data).
     for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
-    dirty_inflight_.fetch_sub(1, std::memory_order_seq_cst);
+    handshake_.Leave();
     IoRequest req = op->req;
     IoDone d = std::move(op->done);
     bool fua = req.flags & kIoFua;
@@ -822,7 +720,7 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
       if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
       if (more) op->commit = set_->persistent();
     }
-    if (has_dirty) ReleaseRange(op->req.offset, op->req.offset + op->req.len, false);
+    if (has_dirty) ranges_.ReleaseForeground(op->req.offset, op->req.offset + op->req.len);
     // After the insert: a bucket reclaimed before it would turn the new
     // extent stale at once.
     for (const Extent& e : op->extents) set_->buckets().WriteDone(set_->buckets().BucketOf(e.cache_offset));
@@ -873,16 +771,10 @@ void CachedDevice::WriteThrough(const IoRequest& req, IoDone done, bool bypass, 
                       finish();
                     });
   };
-  // Every clean copy of the range leaves the journal before the backing
-  // device can hold this data: those DoWrite dropped, and those made while
-  // this write waited here (AfterCleanDropped).
-  auto issue_committed = [this, op, dropped_clean, issue = std::move(issue)]() mutable {
-    AfterCleanDropped(op->req.offset, op->req.len, dropped_clean, std::move(issue));
-  };
-  if (has_dirty)
-    BeginForeground(req.offset, req.offset + req.len, std::move(issue_committed));
-  else
-    AfterWriteback(req.offset, req.offset + req.len, std::move(issue_committed));
+  // Rule 5: every clean copy of the range leaves the journal before the
+  // backing device can hold this data (those DoWrite dropped, and those
+  // made while this write waited for writeback).
+  ranges_.BeforeBackingWrite(req.offset, req.len, has_dirty, dropped_clean, std::move(issue));
   finish();
 }
 
@@ -954,13 +846,7 @@ void CachedDevice::DoDiscard(const IoRequest& req, IoDone done) {
   };
   // As for a write (WriteThrough): the range's clean copies leave the
   // journal before the backing device discards under them.
-  auto issue_committed = [this, req, dropped, issue = std::move(issue)]() mutable {
-    AfterCleanDropped(req.offset, req.len, dropped > 0, std::move(issue));
-  };
-  if (has_dirty)
-    BeginForeground(req.offset, req.offset + req.len, std::move(issue_committed));
-  else
-    AfterWriteback(req.offset, req.offset + req.len, std::move(issue_committed));
+  ranges_.BeforeBackingWrite(req.offset, req.len, has_dirty, dropped > 0, std::move(issue));
 }
 
 void CachedDevice::DiscardDone(const IoRequest& req, bool has_dirty, Status st2, IoDone done) {
@@ -973,7 +859,7 @@ void CachedDevice::DiscardDone(const IoRequest& req, bool has_dirty, Status st2,
       Status ist = st2.ok() ? set_->index().Invalidate(dev_, req.offset, req.len, &more)
                             : set_->index().InvalidateClean(dev_, req.offset, req.len, &still);
       if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
-      if (has_dirty) ReleaseRange(req.offset, req.offset + req.len, false);
+      if (has_dirty) ranges_.ReleaseForeground(req.offset, req.offset + req.len);
       // Discarding dirty data: the invalidation is durable before the ack,
       // so no replay brings the old copy back over the discarded range.
       Finish(std::move(done), std::move(st2), set_->persistent() && (has_dirty || more > 0));

@@ -57,6 +57,9 @@
 #include "cache/admission.h"
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
+#include "cache/device_activity.h"
+#include "cache/dirty_handshake.h"
+#include "cache/range_guard.h"
 #include "cache/request_stats.h"
 #include "cache/writeback.h"
 #include "cache/sequential_detector.h"
@@ -65,7 +68,7 @@
 
 namespace ubcache {
 
-class CachedDevice final : public BlockDevice {
+class CachedDevice final : public BlockDevice, public WritebackHost {
  public:
   // Client byte N is byte N of `backing` (an OffsetDevice past a superblock).
   // `super`: the backing device's superblock, when it is formatted; with a
@@ -104,13 +107,13 @@ class CachedDevice final : public BlockDevice {
   uint64_t cutoff_writethroughs() const { return cutoff_writethroughs_.load(std::memory_order_relaxed); }
   // What the backing device's reads and writes take, as this device sends them.
   const ServiceTime& backing_time() const { return backing_time_; }
-  Status Detach();
+  Status Detach() override;
   Status Attach();
   // The backing device is no longer ours (see the top); `why` says how.
   void Fence(const std::string& why);
-  bool fenced() const { return fenced_.load(std::memory_order_acquire); }
-  std::string fence_reason() const;
-  bool attached() const { return attached_.load(std::memory_order_acquire); }
+  bool fenced() const override { return fenced_.load(std::memory_order_acquire); }
+  std::string fence_reason() const override;
+  bool attached() const override { return attached_.load(std::memory_order_acquire); }
   CacheSet* set() const { return set_; }
   BlockDevice* backing() const { return backing_; }
 
@@ -121,20 +124,9 @@ class CachedDevice final : public BlockDevice {
   void DoPrefetch(uint64_t offset, uint64_t len, IoDone done) override;
 
  private:
-  friend class Writeback;
   struct ReadOp;
   struct WriteOp;
   struct Timed;
-  struct Waiter {
-    uint64_t start, end;  // the range it waits for (writeback ranges)
-    bool take;            // then holds it as a foreground range (BeginForeground)
-    Reactor* reactor;
-    Callback<void()> fn;
-  };
-  struct Range {
-    uint64_t start, end;
-    bool writeback;  // the writeback thread's; else a foreground write over dirty data
-  };
   // `around_cache`, when given, is set when the reason is auto congestion:
   // the cache device is expected to be slower than the backing device for
   // this request, so even its clean hits are better read from the backing.
@@ -161,40 +153,15 @@ class CachedDevice final : public BlockDevice {
   // The writeback write: data to the cache only, inserted dirty; false when
   // it cannot be taken (no space): the caller writes through instead.
   bool WriteBack(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean);
-  // A write or discard that goes to the backing device after dropping clean
-  // copies of [offset, offset+len) passes its backing I/O through this: it
-  // drops the range's clean copies made since (the old dirty copy written
-  // back and marked clean while the I/O waited, a racing miss's fill), then
-  // runs fn on this reactor — at once if none was dropped, now or before
-  // (`dropped`) and the set is persistent, else once their removal is
-  // committed. A clean copy is only as good as the backing data it mirrors,
-  // so its removal must be on media before the backing device can hold
-  // anything newer — else a power cut recovers the clean copy over newer
-  // backing data, reads it until its bucket is reclaimed, and then reads the
-  // backing data again: a write seen lost after the cut comes back later.
-  void AfterCleanDropped(uint64_t offset, uint64_t len, bool dropped, Callback<void()> fn);
   bool ShouldWriteback(const IoRequest& req, bool overlaps_dirty, bool bypass);
   // ShouldWriteback's "no" for a write the cache in use (dirty + metadata)
   // turned away: counts it and speeds writeback up. Always false.
   bool WriteThroughAtCutoff();
-  // WriteThroughAtCutoff ran in the Writeback::kCutoffWindowNs before `now`.
-  bool TurnedAwayRecently(uint64_t now) const;
   // A client write (or discard) reached the backing device: the next FLUSH
   // flushes it. Called before that write is acknowledged.
   void BackingWriteDone() { backing_writes_.fetch_add(1, std::memory_order_seq_cst); }
   // A client write's cache copy at e (its data at `data`): done(ok).
   void WriteCache(const Extent& e, const uint8_t* data, Callback<void(bool)> done);
-  // Runs fn (on this reactor) once no writeback write overlaps [start, end).
-  void AfterWriteback(uint64_t start, uint64_t end, Callback<void()> fn);
-  // The same, then holds [start, end) until ReleaseRange(.., false): the
-  // writeback thread skips it meanwhile.
-  void BeginForeground(uint64_t start, uint64_t end, Callback<void()> fn);
-  // The writeback thread's claim on a range; false when a foreground write
-  // over dirty data holds part of it (skip it this pass).
-  bool RegisterWriteback(uint64_t start, uint64_t end);
-  void ReleaseRange(uint64_t start, uint64_t end, bool writeback);
-  bool OverlapsWritebackLocked(uint64_t start, uint64_t end) const;
-  void SetDirtyOk(bool ok);
   // Acknowledges `done` with `st`, after a commit when `commit`.
   void Finish(IoDone done, Status st, bool commit);
   void DoFlush(IoDone done);
@@ -239,23 +206,10 @@ class CachedDevice final : public BlockDevice {
   SequentialDetector detector_ GUARDED_BY(detector_mu_);
   GhostList ghosts_ GUARDED_BY(detector_mu_);
   BackingSuper* const super_;
-  std::atomic<uint64_t> last_request_ns_{0};       // any client request
-  std::atomic<uint64_t> last_backing_read_ns_{0};  // a miss read the backing device
-  std::atomic<uint64_t> last_cutoff_ns_{0};        // a write turned away by the cutoffs
-  // The backing superblock is durably dirty: writeback-mode writes may be
-  // acknowledged. Cleared by the writeback thread while it marks it clean;
-  // dirty_inflight_ counts writeback-mode writes between that check and
-  // their insert (the other half of the handshake, Writeback::StateTransitions).
-  std::atomic<bool> dirty_ok_{false};
-  std::atomic<bool> want_dirty_{false};
-  std::atomic<uint64_t> dirty_inflight_{0};
-  // Ranges the writeback thread is writing to the backing device, and the
-  // foreground backing writes waiting for them; writes waiting for dirty_ok_.
-  std::mutex wb_mu_;
-  std::vector<Range> ranges_;                              // under wb_mu_
-  std::vector<Waiter> wb_waiters_;                         // under wb_mu_
-  std::vector<Waiter> dirty_waiters_;                      // under wb_mu_
-  std::atomic<uint32_t> wb_count_{0};                      // writeback ranges_
+  DeviceActivity activity_;
+  // The backing superblock's clean <-> dirty handshake with the writeback thread.
+  DirtyHandshake handshake_;
+  RangeGuard ranges_;
   bool can_writeback_ = false;
   std::atomic<bool> fenced_{false};
   mutable std::mutex fence_mu_;

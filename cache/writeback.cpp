@@ -6,7 +6,12 @@
 #include <cmath>
 
 #include "backend/sync_io.h"
-#include "cache/cached_device.h"
+#include "cache/backing_super.h"
+#include "cache/cache_set.h"
+#include "cache/device_activity.h"
+#include "cache/dirty_handshake.h"
+#include "cache/range_guard.h"
+#include "cache/service_time.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -62,14 +67,14 @@ void AppendPiece(std::vector<std::unique_ptr<Writeback::Write>>& writes, Writeba
 }
 }  // namespace
 
-Writeback::Writeback(CachedDevice* dev) : dev_(dev) {}
+Writeback::Writeback(Parts parts) : d_(std::move(parts)) {}
 
 void Writeback::Start() {
   thread_ = std::thread([this] {
     SetThreadName("ub-writeback");
     auto r = Reactor::Create(256);
     if (!r.ok()) {
-      UB_ERROR("{}: writeback thread: {}", dev_->spec(), r.status().ToString());
+      UB_ERROR("{}: writeback thread: {}", d_.spec, r.status().ToString());
       return;
     }
     reactor_ = std::move(r).value();
@@ -104,69 +109,69 @@ bool Writeback::Sleep(uint64_t ns) {
 }
 
 void Writeback::StateTransitions() {
-  CachedDevice& d = *dev_;
-  if (!d.super_) return;
+  const Parts& d = d_;
+  if (!d.super) return;
   // Fenced: the backing device is someone else's now. Its superblock is
   // never touched again; the fence goes to the cache superblock, so that
   // no later start writes this device's dirty data back unasked.
-  if (d.fenced()) {
+  if (d.host->fenced()) {
     if (fence_recorded_) return;
-    Status st = d.set_->RecordFence(d.super_->Get().uuid);
+    Status st = d.set->RecordFence(d.super->Get().uuid);
     if (st.ok()) {
       fence_recorded_ = true;
       UB_ERROR("{}: fence recorded on the cache device: no start writes its {} of dirty data back without "
-               "--after-fence", d.spec(), FormatSize(d.set_->index().DirtyBytes(d.dev_)));
+               "--after-fence", d.spec, FormatSize(d.set->index().DirtyBytes(d.dev)));
     } else {
-      UB_ERROR("{}: cannot record the fence on the cache device ({}); retrying", d.spec(), st.ToString());
+      UB_ERROR("{}: cannot record the fence on the cache device ({}); retrying", d.spec, st.ToString());
     }
     return;
   }
   // A failed cache with nothing dirty for this device: detach it, as bcache
   // does — the backing superblock then says it can be used alone.
-  if (d.set_->failed() && d.attached() && d.set_->index().DirtyBytes(d.dev_) == 0 &&
-      d.super_->state() != BackingState::kDirty) {
-    Status st = d.Detach();
-    if (st.ok()) st = d.super_->Detach();
+  if (d.set->failed() && d.host->attached() && d.set->index().DirtyBytes(d.dev) == 0 &&
+      d.super->state() != BackingState::kDirty) {
+    Status st = d.host->Detach();
+    if (st.ok()) st = d.super->Detach();
     if (st.ok())
-      UB_ERROR("{}: detached from the failed cache device; served from the backing device alone", d.spec());
+      UB_ERROR("{}: detached from the failed cache device; served from the backing device alone", d.spec);
     else
-      UB_WARN("{}: detaching from the failed cache: {}", d.spec(), st.ToString());
+      UB_WARN("{}: detaching from the failed cache: {}", d.spec, st.ToString());
     return;
   }
   // Dirty first: a writeback-mode write is waiting for it.
-  if (d.want_dirty_.exchange(false)) {
-    Status st = d.super_->MarkDirty();
+  if (d.handshake->TakeDirtyRequest()) {
+    Status st = d.super->MarkDirty();
     if (!st.ok()) {
       UB_ERROR("{}: cannot mark the backing superblock dirty ({}); writes go writethrough",
-               d.spec(), st.ToString());
+               d.spec, st.ToString());
     }
-    d.SetDirtyOk(st.ok());
+    d.handshake->SetDirtyOk(st.ok());
   }
-  // Clean once nothing is dirty (see CachedDevice::WriteBack for the other
-  // half of this handshake).
-  if (d.super_->state() == BackingState::kDirty && !d.want_dirty_.load()) {
-    d.dirty_ok_.store(false, std::memory_order_seq_cst);
-    if (d.dirty_inflight_.load(std::memory_order_seq_cst) == 0 &&
-        d.set_->index().DirtyBytes(d.dev_) == 0) {
+  // Clean once nothing is dirty (cache/dirty_handshake.h: the other half
+  // is each writeback-mode write's Enter/Leave).
+  if (d.super->state() == BackingState::kDirty && !d.handshake->dirty_requested()) {
+    d.handshake->CloseForClean();
+    if (!d.handshake->WritesInFlight() &&
+        d.set->index().DirtyBytes(d.dev) == 0) {
       // Written-back data is on the backing media before it says clean.
-      Status st = SyncFlush(*d.backing_);
-      if (st.ok()) st = d.super_->MarkClean();
-      if (!st.ok()) UB_WARN("{}: cannot mark the backing superblock clean: {}", d.spec(), st.ToString());
-      else UB_INFO("{}: no dirty data left: backing superblock clean", d.spec());
+      Status st = SyncFlush(*d.backing);
+      if (st.ok()) st = d.super->MarkClean();
+      if (!st.ok()) UB_WARN("{}: cannot mark the backing superblock clean: {}", d.spec, st.ToString());
+      else UB_INFO("{}: no dirty data left: backing superblock clean", d.spec);
     }
-    d.SetDirtyOk(d.super_->state() == BackingState::kDirty);
+    d.handshake->SetDirtyOk(d.super->state() == BackingState::kDirty);
   }
 }
 
 void Writeback::UpdateRate(uint64_t now) {
-  CachedDevice& d = *dev_;
-  CacheKnobs& k = d.set_->knobs();
-  BucketAllocator& b = d.set_->buckets();
+  const Parts& d = d_;
+  CacheKnobs& k = d.set->knobs();
+  BucketAllocator& b = d.set->buckets();
   BucketAllocator::Usage u = b.usage();
-  uint64_t bucket = d.set_->options().bucket_size;
+  uint64_t bucket = d.set->options().bucket_size;
   uint64_t cache_bytes = (u.buckets - u.reserved) * bucket;
   double target = static_cast<double>(cache_bytes) * k.writeback_percent.load() / 100.0;
-  double dirty = static_cast<double>(d.set_->index().DirtyBytes(d.dev_));
+  double dirty = static_cast<double>(d.set->index().DirtyBytes(d.dev));
   double error = dirty - target;
   double p = error / std::max<uint32_t>(1, k.writeback_rate_p_term_inverse.load());
   double seconds = std::max<uint32_t>(1, k.writeback_rate_update_seconds.load());
@@ -181,7 +186,7 @@ void Writeback::UpdateRate(uint64_t now) {
   // dirty data each; bcache raises the rate by dirty-per-bucket x a term
   // that grows with the cache in use.
   double f = 0;
-  unsigned in_use = d.set_->in_use_percent();
+  unsigned in_use = d.set->in_use_percent();
   uint64_t dirty_buckets = b.dirty_buckets();
   if (in_use > kFragLow && dirty > 0 && dirty_buckets > 0) {
     double fragment = static_cast<double>(dirty_buckets * bucket) / dirty;
@@ -204,10 +209,10 @@ void Writeback::UpdateRate(uint64_t now) {
 }
 
 Writeback::RateDebug Writeback::rate_debug() const {
-  CacheKnobs& k = dev_->set_->knobs();
+  CacheKnobs& k = d_.set->knobs();
   uint64_t now = NowNanos(), next = dbg_next_io_.load();
   return RateDebug{k.writeback_rate.load(),
-                   dev_->set_->index().DirtyBytes(dev_->dev_),
+                   d_.set->index().DirtyBytes(d_.dev),
                    dbg_target_.load(),
                    dbg_p_.load(),
                    dbg_i_.load(),
@@ -217,13 +222,13 @@ Writeback::RateDebug Writeback::rate_debug() const {
 }
 
 uint64_t Writeback::Pass(bool full_speed) {
-  CachedDevice& d = *dev_;
-  ExtentIndex& index = d.set_->index();
+  const Parts& d = d_;
+  ExtentIndex& index = d.set->index();
   const uint64_t stripe = index.stripe_bytes();
-  std::vector<uint64_t> stripes = index.DirtyStripes(d.dev_, cursor_, kStripesPerPass);
+  std::vector<uint64_t> stripes = index.DirtyStripes(d.dev, cursor_, kStripesPerPass);
   if (stripes.empty() && cursor_ != 0) {
     cursor_ = 0;  // wrap: the next pass starts from the front
-    stripes = index.DirtyStripes(d.dev_, 0, kStripesPerPass);
+    stripes = index.DirtyStripes(d.dev, 0, kStripesPerPass);
   }
   if (stripes.empty()) return 0;
   cursor_ = stripes.back() + 1;  // moved back below if the batch filled up early
@@ -236,10 +241,10 @@ uint64_t Writeback::Pass(bool full_speed) {
   // One run per stripe, so a batch stops at kMaxBatchBytes (contiguous
   // pieces of neighbouring stripes still go out as one write below).
   for (uint64_t s : stripes) runs.push_back({s * stripe, (s + 1) * stripe});
-  for (Run& r : runs) r.end = std::min(r.end, d.size());
+  for (Run& r : runs) r.end = std::min(r.end, d.size);
   std::vector<std::unique_ptr<Piece>> pieces;
   std::vector<Extent> found;
-  BucketAllocator& buckets = d.set_->buckets();
+  BucketAllocator& buckets = d.set->buckets();
   uint64_t batch_bytes = 0;
   for (Run& r : runs) {
     // A batch is marked clean at its end: bounded, so progress (and ctl
@@ -249,11 +254,11 @@ uint64_t Writeback::Pass(bool full_speed) {
       continue;
     }
     if (r.start >= r.end) continue;
-    if (!d.RegisterWriteback(r.start, r.end)) {
+    if (!d.ranges->ClaimForWriteback(r.start, r.end)) {
       r.end = r.start;  // a foreground write owns part of it: next pass
       continue;
     }
-    Status st = index.Lookup(d.dev_, r.start, r.end - r.start, &found);
+    Status st = index.Lookup(d.dev, r.start, r.end - r.start, &found);
     if (!st.ok()) continue;
     for (const Extent& e : found) {
       if (!e.dirty) continue;
@@ -278,12 +283,12 @@ uint64_t Writeback::Pass(bool full_speed) {
   // holding a write the recovered index never had, under an older dirty copy
   // that a later writeback or eviction would then expose or overwrite.
   if (!pieces.empty()) {
-    Status cst = d.set_->Commit();
+    Status cst = d.set->Commit();
     if (!cst.ok()) {
-      UB_WARN("{}: writeback: journal commit failed, nothing written back: {}", d.spec(), cst.ToString());
+      UB_WARN("{}: writeback: journal commit failed, nothing written back: {}", d.spec, cst.ToString());
       for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
       for (const Run& r : runs)
-        if (r.start < r.end) d.ReleaseRange(r.start, r.end, true);
+        if (r.start < r.end) d.ranges->ReleaseWriteback(r.start, r.end);
       backoff_ns_ = std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs);
       return 1;
     }
@@ -298,14 +303,14 @@ uint64_t Writeback::Pass(bool full_speed) {
     p->buf = AlignedBuffer(p->e.len);
     p->w->reading++;
     reading++;
-    d.set_->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&reading, pp = p.get()](Status st) {
+    d.set->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&reading, pp = p.get()](Status st) {
       pp->st = std::move(st);
       pp->w->reading--;
       reading--;
     });
   }
   // Write back in backing order, bounded in flight, at the controller's rate.
-  CacheKnobs& k = d.set_->knobs();
+  CacheKnobs& k = d.set->knobs();
   bool failed = false;  // back off before the next pass
   // A write with a part the cache device could not read goes out as the
   // writes of its readable parts; the unreadable ones stay dirty.
@@ -314,8 +319,8 @@ uint64_t Writeback::Pass(bool full_speed) {
     std::vector<std::unique_ptr<Write>> parts;
     for (Piece* p : w->parts) {
       if (!p->st.ok()) {
-        d.set_->CountIoError(p->st);
-        UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec(), p->st.ToString());
+        d.set->CountIoError(p->st);
+        UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec, p->st.ToString());
         errors_++;
         failed = true;
         continue;
@@ -343,9 +348,9 @@ uint64_t Writeback::Pass(bool full_speed) {
     }
     if (done.empty()) return;
     // Only writes complete before the flush is submitted are covered by it.
-    Status fst = any_ok ? SyncFlush(*d.backing_) : Status::OK();
+    Status fst = any_ok ? SyncFlush(*d.backing) : Status::OK();
     if (!fst.ok()) {
-      UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d.spec(), fst.ToString());
+      UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d.spec, fst.ToString());
       flush_failed = failed = true;
       return;
     }
@@ -355,13 +360,13 @@ uint64_t Writeback::Pass(bool full_speed) {
       if (!w->st.ok()) {
         failed = true;
         errors_++;
-        UB_WARN("{}: writeback of {}+{} failed, kept dirty: {}", d.spec(), w->start, w->len, w->st.ToString());
+        UB_WARN("{}: writeback of {}+{} failed, kept dirty: {}", d.spec, w->start, w->len, w->st.ToString());
         continue;
       }
       for (Piece* p : w->parts) {
         uint64_t cleaned = 0;
         Status st = index.MarkClean(p->e, &cleaned);
-        if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d.spec(), st.ToString());
+        if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d.spec, st.ToString());
         cleaned_now += cleaned;
       }
     }
@@ -389,11 +394,11 @@ uint64_t Writeback::Pass(bool full_speed) {
       reactor_->RunOnce(true);
       continue;
     }
-    bool idle = now - d.last_request_ns_.load(std::memory_order_relaxed) > kIdleSeconds * kNs;
+    bool idle = now - d.activity->last_request_ns() > kIdleSeconds * kNs;
     // Near the cutoff (or past it, turning writes away), dirty data leaves
     // at full speed: a write burst then finds room in the cache instead of
     // the spindle's random-write speed.
-    bool at_cutoff = d.TurnedAwayRecently(now) || d.set_->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
+    bool at_cutoff = d.activity->TurnedAwayRecently(now) || d.set->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
     bool fast = full_speed || idle || at_cutoff;
     // Foreground reads of the backing device go first (bcache's writeback
     // starves readers of a spindle; the mmtests thread measured 38-90 %
@@ -401,7 +406,7 @@ uint64_t Writeback::Pass(bool full_speed) {
     // at most kReaderChunk at a time, and after each a pause of
     // kReaderYield times its latency, so writeback holds the device a
     // small share of the time (latency includes the wait behind a read).
-    bool yield = !full_speed && now - d.last_backing_read_ns_.load(std::memory_order_relaxed) < kReaderWindowNs;
+    bool yield = !full_speed && now - d.activity->last_backing_read_ns() < kReaderWindowNs;
     // At the cutoff the spindle also serves the foreground's writethrough:
     // no deeper queue than at the PI rate, so those wait behind little.
     size_t limit = yield ? 1 : (full_speed || idle) ? 64 : 16;
@@ -431,12 +436,12 @@ uint64_t Writeback::Pass(bool full_speed) {
       inflight++;
       next_io_ = std::max(next_io_, now) + n * kNs / rate;
       dbg_next_io_ = next_io_;
-      d.backing_->Write(w->start + off, n, w->buf.data() + off, 0,
+      d.backing->Write(w->start + off, n, w->buf.data() + off, 0,
                         [&inflight, &yield_until, w, yield, t0 = now, dev = &d, n](Status st) {
                           uint64_t done_ns = NowNanos();
                           // What the backing device takes for a write: in
                           // writeback, often the only writes it sees (auto congestion).
-                          if (st.ok()) dev->backing_time_.Observe(ServiceTime::Op::kWrite, n, done_ns - t0, done_ns);
+                          if (st.ok()) dev->backing_time->Observe(ServiceTime::Op::kWrite, n, done_ns - t0, done_ns);
                           if (!st.ok() && w->st.ok()) w->st = std::move(st);
                           w->outstanding--;
                           inflight--;
@@ -454,13 +459,13 @@ uint64_t Writeback::Pass(bool full_speed) {
   if (!flush_failed) clean_completed();
   for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
   for (const Run& r : runs)
-    if (r.start < r.end) d.ReleaseRange(r.start, r.end, true);
+    if (r.start < r.end) d.ranges->ReleaseWriteback(r.start, r.end);
   backoff_ns_ = failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
   return bytes + (pieces.empty() ? 0 : 1);  // found something, even if nothing got cleaner
 }
 
 void Writeback::Loop() {
-  CacheKnobs& k = dev_->set_->knobs();
+  CacheKnobs& k = d_.set->knobs();
   bool nothing_last = false;
   uint64_t found_nothing_at = 0;
   while (true) {
@@ -472,7 +477,7 @@ void Writeback::Loop() {
     }
     bool drain = draining_.load() > 0;
     // A failed cache device is not read again: its dirty data stays where it is.
-    bool run = (drain || k.writeback_running.load()) && !dev_->set_->failed() && !dev_->fenced();
+    bool run = (drain || k.writeback_running.load()) && !d_.set->failed() && !d_.host->fenced();
     if (!run || (nothing_last && !drain)) {
       // bcache sleeps writeback_delay after a pass that found nothing; new
       // dirty data or a state change kicks it awake sooner only if asked.
@@ -480,7 +485,7 @@ void Writeback::Loop() {
       if (!Sleep(std::min<uint64_t>(delay, kNs))) return;
       if (nothing_last && NowNanos() - found_nothing_at >= std::max<uint64_t>(1, k.writeback_delay.load()) * kNs)
         nothing_last = false;  // writeback_delay has passed since the empty pass
-      if (drain || dev_->want_dirty_.load() || dev_->TurnedAwayRecently(NowNanos())) nothing_last = false;
+      if (drain || d_.handshake->dirty_requested() || d_.activity->TurnedAwayRecently(NowNanos())) nothing_last = false;
       continue;
     }
     if (backoff_ns_ && !Sleep(backoff_ns_)) return;
@@ -503,21 +508,21 @@ Status Writeback::Drain(const std::function<void(const std::string&)>& progress)
   uint64_t t0 = NowNanos(), w0 = written_.load();
   Status result;
   for (;;) {
-    uint64_t dirty = dev_->set_->index().DirtyBytes(dev_->dev_);
-    bool clean = dirty == 0 && (!dev_->super_ || dev_->super_->state() != BackingState::kDirty);
-    if (dev_->set_->failed() && !clean) {
+    uint64_t dirty = d_.set->index().DirtyBytes(d_.dev);
+    bool clean = dirty == 0 && (!d_.super || d_.super->state() != BackingState::kDirty);
+    if (d_.set->failed() && !clean) {
       result = Status::IoError(FormatSize(dirty) + " of dirty data is on a failed cache device");
       break;
     }
-    if (dev_->fenced()) {
-      result = Status::Busy(dev_->spec() + " is fenced (" + dev_->fence_reason() + "): " + FormatSize(dirty) +
+    if (d_.host->fenced()) {
+      result = Status::Busy(d_.spec + " is fenced (" + d_.host->fence_reason() + "): " + FormatSize(dirty) +
                             " of dirty data is not written back");
       break;
     }
     uint64_t now = NowNanos();
     uint64_t w = written_.load();
     double rate = now > t0 ? static_cast<double>(w - w0) * 1e9 / static_cast<double>(now - t0) : 0;
-    progress("flush " + dev_->spec() + ": " + FormatSize(dirty) + " dirty left, " +
+    progress("flush " + d_.spec + ": " + FormatSize(dirty) + " dirty left, " +
              FormatSize(static_cast<uint64_t>(rate)) + "/s written back");
     if (clean) break;
     Kick();

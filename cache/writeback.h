@@ -44,7 +44,12 @@
 //
 // Superblock: MarkDirty when a writeback-mode write finds the backing
 // superblock not yet dirty (the write waits for it); MarkClean once nothing
-// is dirty or in flight and the backing device has been flushed.
+// is dirty or in flight and the backing device has been flushed (the
+// handshake: cache/dirty_handshake.h).
+//
+// The device is reached only through the pieces in Writeback::Parts (its
+// RangeGuard, DirtyHandshake, DeviceActivity, ...) and the WritebackHost
+// interface for what is the device's own (fence, detach).
 //
 // Thread safety: the thread owns its Reactor and every field not marked
 // otherwise; Kick/Drain/RateDebug from any thread.
@@ -65,13 +70,30 @@
 
 namespace ubcache {
 
-class CachedDevice;
+class BackingSuper;
+class BlockDevice;
+class CacheSet;
+class DeviceActivity;
+class DirtyHandshake;
+class RangeGuard;
+class ServiceTime;
+
+// What the writeback thread asks of the device it writes back.
+class WritebackHost {
+ public:
+  virtual bool fenced() const = 0;
+  virtual std::string fence_reason() const = 0;
+  virtual bool attached() const = 0;
+  // Drops the device's extents and serves it from the backing device alone.
+  virtual Status Detach() = 0;
+
+ protected:
+  ~WritebackHost() = default;
+};
 
 class Writeback {
  public:
   static constexpr uint64_t kIdleSeconds = 3;
-  // Full speed while a write was turned away by the cutoffs this recently.
-  static constexpr uint64_t kCutoffWindowNs = 1'000'000'000;
   // ... and while the cache in use is within this many points of cutoff_writeback.
   static constexpr unsigned kCutoffMargin = 5;
   static constexpr uint64_t kReaderWindowNs = 100'000'000;  // 100 ms
@@ -85,7 +107,21 @@ class Writeback {
   static constexpr uint64_t kReaderChunk = 256 << 10;
   static constexpr uint64_t kReaderYield = 10;
 
-  explicit Writeback(CachedDevice* dev);
+  // The device's pieces the thread works with; all outlive it.
+  struct Parts {
+    std::string spec;
+    CacheSet* set;
+    uint32_t dev;  // the index's device number
+    uint64_t size;  // client-visible bytes
+    BlockDevice* backing;
+    BackingSuper* super;
+    RangeGuard* ranges;
+    DirtyHandshake* handshake;
+    const DeviceActivity* activity;
+    ServiceTime* backing_time;  // fed with the thread's backing writes
+    WritebackHost* host;
+  };
+  explicit Writeback(Parts parts);
   ~Writeback();  // stops the thread; dirty data stays dirty
   void Start();
   void Kick();
@@ -116,7 +152,7 @@ class Writeback {
   void StateTransitions();
   bool Sleep(uint64_t ns);  // false when stopping
 
-  CachedDevice* const dev_;
+  const Parts d_;
   std::unique_ptr<Reactor> reactor_;
   std::thread thread_;
   std::mutex mu_;

@@ -5,7 +5,8 @@
 //  - data on the cache device, then the journal entry that finds it, then
 //    the acknowledgement of the FLUSH (or of a FUA write);
 //  - the backing device flushed before writeback marks data clean;
-//  - a reclaimed bucket's new generation durable before the bucket is reused.
+//  - a reclaimed bucket's new generation durable before the bucket is reused;
+//  - the backing superblock durably dirty before the first dirty ack.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -237,6 +238,18 @@ TEST_CASE("writeback: a FUA write survives a power cut with no FLUSH") {
   Rig r;
   r.Write(8 * kBlock, 2 * kBlock, 7, kIoFua);
   r.PowerCut();
+  CHECK(r.Read(*r.dev, 8 * kBlock, 2 * kBlock) == Pattern(2 * kBlock, 7));
+}
+
+TEST_CASE("writeback: the backing superblock is durably dirty before the first dirty write is acknowledged") {
+  Rig r;
+  REQUIRE(r.super->state() != BackingState::kDirty);
+  r.Write(8 * kBlock, 2 * kBlock, 7, kIoFua);  // acknowledged: durable, and so must `dirty` be
+  r.CutNow();
+  // Else a start would take the backing device for clean (usable alone)
+  // while the cache holds the only copy of an acknowledged write.
+  CHECK(r.super->state() == BackingState::kDirty);
+  CHECK(r.dev->dirty_bytes() == 2 * kBlock);
   CHECK(r.Read(*r.dev, 8 * kBlock, 2 * kBlock) == Pattern(2 * kBlock, 7));
 }
 
