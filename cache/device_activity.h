@@ -30,7 +30,9 @@ class DeviceActivity {
   }
 
   uint64_t last_request_ns() const { return last_request_ns_.load(std::memory_order_relaxed); }
-  uint64_t last_backing_read_ns() const { return last_backing_read_ns_.load(std::memory_order_relaxed); }
+  uint64_t last_backing_read_ns() const {
+    return last_backing_read_ns_.load(std::memory_order_relaxed);
+  }
   bool TurnedAwayRecently(uint64_t now) const {
     return now - last_cutoff_ns_.load(std::memory_order_relaxed) < kCutoffWindowNs;
   }

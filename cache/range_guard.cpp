@@ -19,9 +19,13 @@ bool RangeGuard::ClaimForWriteback(uint64_t start, uint64_t end) {
   return true;
 }
 
-void RangeGuard::ReleaseWriteback(uint64_t start, uint64_t end) { Release(start, end, true); }
+void RangeGuard::ReleaseWriteback(uint64_t start, uint64_t end) {
+  Release(start, end, true);
+}
 
-void RangeGuard::ReleaseForeground(uint64_t start, uint64_t end) { Release(start, end, false); }
+void RangeGuard::ReleaseForeground(uint64_t start, uint64_t end) {
+  Release(start, end, false);
+}
 
 void RangeGuard::Release(uint64_t start, uint64_t end, bool writeback) {
   std::vector<Waiter> ready;
@@ -77,7 +81,8 @@ void RangeGuard::HoldForeground(uint64_t start, uint64_t end, Callback<void()> f
   fn();
 }
 
-void RangeGuard::AfterCleanCopiesGone(uint64_t offset, uint64_t len, bool dropped, Callback<void()> fn) {
+void RangeGuard::AfterCleanCopiesGone(uint64_t offset, uint64_t len, bool dropped,
+                                      Callback<void()> fn) {
   if (!set_) {
     fn();
     return;
@@ -95,13 +100,14 @@ void RangeGuard::AfterCleanCopiesGone(uint64_t offset, uint64_t len, bool droppe
     // clean copy back; the write itself goes on (the backing device is the
     // truth for it, and the cache's error is counted where it happened).
     if (!st.ok())
-      UB_WARN("{}: journal commit before a backing write failed ({}); writing anyway", spec_, st.ToString());
+      UB_WARN("{}: journal commit before a backing write failed ({}); writing anyway", spec_,
+              st.ToString());
     fn();
   });
 }
 
-void RangeGuard::BeforeBackingWrite(uint64_t offset, uint64_t len, bool over_dirty, bool dropped_clean,
-                                    Callback<void()> issue) {
+void RangeGuard::BeforeBackingWrite(uint64_t offset, uint64_t len, bool over_dirty,
+                                    bool dropped_clean, Callback<void()> issue) {
   auto after_clean = [this, offset, len, dropped_clean, issue = std::move(issue)]() mutable {
     AfterCleanCopiesGone(offset, len, dropped_clean, std::move(issue));
   };

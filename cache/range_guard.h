@@ -37,7 +37,8 @@ class RangeGuard {
  public:
   // `set`, `dev`: whose index the clean-copy rule commits (null set: that
   // rule runs its callback at once, for tests of the range rules alone).
-  RangeGuard(std::string spec, CacheSet* set, uint32_t dev) : spec_(std::move(spec)), set_(set), dev_(dev) {}
+  RangeGuard(std::string spec, CacheSet* set, uint32_t dev)
+      : spec_(std::move(spec)), set_(set), dev_(dev) {}
 
   // ---- the writeback thread ----
   // Claims [start, end) for writeback; false when a foreground write over

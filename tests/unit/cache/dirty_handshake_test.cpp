@@ -3,12 +3,12 @@
 // writeback-mode write never goes dirty unseen by a thread marking the
 // superblock clean, and a write that finds it not dirty waits for it.
 // writeback_test.cpp checks the rule end to end across a power cut.
-#include <catch2/catch.hpp>
+#include "cache/dirty_handshake.h"
 
+#include <catch2/catch.hpp>
 #include <memory>
 
 #include "backend/reactor.h"
-#include "cache/dirty_handshake.h"
 
 namespace ubcache {
 namespace {
@@ -48,7 +48,8 @@ TEST_CASE("a dirty write that waited goes through when marking the superblock di
   Rig r;
   DirtyHandshake h(false);
   bool refused = false;
-  REQUIRE_FALSE(h.Enter([&]() -> Callback<void(bool)> { return [&](bool ref) { refused = ref; }; }));
+  REQUIRE_FALSE(
+      h.Enter([&]() -> Callback<void(bool)> { return [&](bool ref) { refused = ref; }; }));
   REQUIRE(h.TakeDirtyRequest());
   h.SetDirtyOk(false);
   r.Settle();
@@ -73,7 +74,8 @@ TEST_CASE("the superblock is never marked clean under a dirty write the thread d
   bool ran = false;
   CHECK_FALSE(h.Enter([&]() -> Callback<void(bool)> { return [&](bool) { ran = true; }; }));
   CHECK(h.dirty_requested());
-  CHECK(h.WritesInFlight());  // still counted while parked: the thread marks dirty for it, not clean
+  CHECK(
+      h.WritesInFlight());  // still counted while parked: the thread marks dirty for it, not clean
   r.Settle();
   CHECK_FALSE(ran);
   h.TakeDirtyRequest();

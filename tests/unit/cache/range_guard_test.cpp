@@ -4,13 +4,13 @@
 // keeps writeback off its range, and waiters resume on their own reactor.
 // The clean-copy rule is checked end to end in writeback_test.cpp ("a clean
 // copy never outlives backing data newer than it across a power cut").
-#include <catch2/catch.hpp>
+#include "cache/range_guard.h"
 
+#include <catch2/catch.hpp>
 #include <memory>
 #include <thread>
 
 #include "backend/reactor.h"
-#include "cache/range_guard.h"
 
 namespace ubcache {
 namespace {
@@ -25,7 +25,8 @@ struct Rig {
   }
 };
 
-TEST_CASE("a foreground backing write waits for writeback in flight over its range, and only that") {
+TEST_CASE(
+    "a foreground backing write waits for writeback in flight over its range, and only that") {
   Rig r;
   REQUIRE(r.guard.ClaimForWriteback(0, 1 << 20));
   bool overlapping = false, elsewhere = false;
@@ -40,18 +41,22 @@ TEST_CASE("a foreground backing write waits for writeback in flight over its ran
   CHECK(r.guard.writeback_claims() == 0);
 }
 
-TEST_CASE("writeback skips a range a foreground write over dirty data holds, until it is released") {
+TEST_CASE(
+    "writeback skips a range a foreground write over dirty data holds, until it is released") {
   Rig r;
   bool held = false;
   r.guard.HoldForeground(0, 4096, [&] { held = true; });
   REQUIRE(held);
-  CHECK_FALSE(r.guard.ClaimForWriteback(0, 64 << 10));  // would write back the dirty copy being replaced
+  CHECK_FALSE(
+      r.guard.ClaimForWriteback(0, 64 << 10));  // would write back the dirty copy being replaced
   CHECK(r.guard.ClaimForWriteback(64 << 10, 128 << 10));
   r.guard.ReleaseForeground(0, 4096);
   CHECK(r.guard.ClaimForWriteback(0, 64 << 10));
 }
 
-TEST_CASE("a foreground write over dirty data that waited for writeback holds its range from the moment it goes on") {
+TEST_CASE(
+    "a foreground write over dirty data that waited for writeback holds its range from the moment "
+    "it goes on") {
   Rig r;
   REQUIRE(r.guard.ClaimForWriteback(0, 64 << 10));
   bool held = false;
@@ -79,7 +84,9 @@ TEST_CASE("a waiter released from another thread resumes on the reactor it waite
   CHECK(ran_on == std::this_thread::get_id());
 }
 
-TEST_CASE("rule 5's step with no dirty data and nothing dropped issues at once when no writeback overlaps") {
+TEST_CASE(
+    "rule 5's step with no dirty data and nothing dropped issues at once when no writeback "
+    "overlaps") {
   Rig r;
   bool issued = false;
   r.guard.BeforeBackingWrite(0, 4096, false, false, [&] { issued = true; });

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// EngineContext: what the request engines of one cached device share (each
+// engine is one kind of request, in its own file: read_engine,
+// writethrough_engine, dirty_write_engine, discard_engine, flush_engine;
+// CachedDevice routes requests to them). The pieces each do one job:
+// RangeGuard (every wait for a range), DirtyHandshake (the backing
+// superblock), CacheIo (the allocator, cache device and index calls),
+// DeviceActivity (pacing clocks for the writeback thread).
+//
+// Thread safety: the pointers are set once, before the first request; each
+// piece says its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ubcache {
+
+class BlockDevice;
+class CacheIo;
+class CacheSet;
+class CacheStats;
+class DeviceActivity;
+class RangeGuard;
+class RequestStats;
+class ServiceTime;
+
+struct EngineContext {
+  std::string spec;  // the cached device's, for messages
+  CacheSet* set;
+  uint32_t dev;  // the index's device number
+  BlockDevice* backing;
+  CacheStats* stats;
+  RequestStats* requests;
+  ServiceTime* backing_time;
+  DeviceActivity* activity;
+  RangeGuard* ranges;
+  CacheIo* cache_io;
+};
+
+}  // namespace ubcache
