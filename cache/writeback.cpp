@@ -221,7 +221,40 @@ Writeback::RateDebug Writeback::rate_debug() const {
                    next > now ? (next - now) / 1'000'000 : 0};
 }
 
+// A pass's state, shared by its stages.
+struct Writeback::PassState {
+  struct Run {
+    uint64_t start, end;
+  };
+  std::vector<Run> runs;  // claimed stripes (start == end: not taken)
+  std::vector<std::unique_ptr<Piece>> pieces;
+  std::vector<std::unique_ptr<Write>> writes;
+  size_t reading = 0;   // cache reads in flight
+  size_t inflight = 0;  // backing write chunks in flight
+  size_t next = 0;      // the first write not wholly submitted
+  bool failed = false;  // back off before the next pass
+  bool flush_failed = false;
+  uint64_t bytes = 0;        // marked clean
+  uint64_t yield_until = 0;  // while a reader is active: no write before this
+};
+
 uint64_t Writeback::Pass(bool full_speed) {
+  PassState s;
+  if (!CollectDirty(s)) return 0;
+  if (!s.pieces.empty() && !CommitBeforeWriteback(s)) return 1;
+  ReadDirty(s);
+  WriteDirty(s, full_speed);
+  reactor_->RunUntil([&] { return s.inflight == 0 && s.reading == 0; });
+  if (!s.flush_failed) FlushAndMarkClean(s);
+  BucketAllocator& buckets = d_.set->buckets();
+  for (auto& p : s.pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
+  for (const auto& r : s.runs)
+    if (r.start < r.end) d_.ranges->ReleaseWriteback(r.start, r.end);
+  backoff_ns_ = s.failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
+  return s.bytes + (s.pieces.empty() ? 0 : 1);  // found something, even if nothing got cleaner
+}
+
+bool Writeback::CollectDirty(PassState& s) {
   const Parts& d = d_;
   ExtentIndex& index = d.set->index();
   const uint64_t stripe = index.stripe_bytes();
@@ -230,23 +263,17 @@ uint64_t Writeback::Pass(bool full_speed) {
     cursor_ = 0;  // wrap: the next pass starts from the front
     stripes = index.DirtyStripes(d.dev, 0, kStripesPerPass);
   }
-  if (stripes.empty()) return 0;
+  if (stripes.empty()) return false;
   cursor_ = stripes.back() + 1;  // moved back below if the batch filled up early
-  // Runs of contiguous stripes: each registered, then looked up (the order
-  // the foreground's Invalidate-then-check relies on).
-  struct Run {
-    uint64_t start, end;
-  };
-  std::vector<Run> runs;
   // One run per stripe, so a batch stops at kMaxBatchBytes (contiguous
-  // pieces of neighbouring stripes still go out as one write below).
-  for (uint64_t s : stripes) runs.push_back({s * stripe, (s + 1) * stripe});
-  for (Run& r : runs) r.end = std::min(r.end, d.size);
-  std::vector<std::unique_ptr<Piece>> pieces;
+  // pieces of neighbouring stripes still go out as one write below). Each
+  // is claimed, then looked up (the order the foreground's
+  // Invalidate-then-check relies on, RangeGuard::AfterWriteback).
+  for (uint64_t st : stripes) s.runs.push_back({st * stripe, std::min((st + 1) * stripe, d.size)});
   std::vector<Extent> found;
   BucketAllocator& buckets = d.set->buckets();
   uint64_t batch_bytes = 0;
-  for (Run& r : runs) {
+  for (auto& r : s.runs) {
     // A batch is marked clean at its end: bounded, so progress (and ctl
     // flush's report) moves in steps of at most kMaxBatchBytes.
     if (batch_bytes >= kMaxBatchBytes) {
@@ -269,115 +296,148 @@ uint64_t Writeback::Pass(bool full_speed) {
       }
       auto p = std::make_unique<Piece>();
       p->e = e;
-      pieces.push_back(std::move(p));
+      s.pieces.push_back(std::move(p));
       batch_bytes += e.len;
     }
   }
-  for (const Run& r : runs) {
+  for (const auto& r : s.runs) {
     if (r.start == r.end && batch_bytes >= kMaxBatchBytes) {
       cursor_ = std::min(cursor_, r.start / stripe);  // not taken this pass: next one starts there
     }
   }
-  // The index entries of what is written back are durable before the backing
-  // device gets their data: else a crash could leave the backing device
-  // holding a write the recovered index never had, under an older dirty copy
-  // that a later writeback or eviction would then expose or overwrite.
-  if (!pieces.empty()) {
-    Status cst = d.set->Commit();
-    if (!cst.ok()) {
-      UB_WARN("{}: writeback: journal commit failed, nothing written back: {}", d.spec, cst.ToString());
-      for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
-      for (const Run& r : runs)
-        if (r.start < r.end) d.ranges->ReleaseWriteback(r.start, r.end);
-      backoff_ns_ = std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs);
-      return 1;
-    }
-  }
+  return true;
+}
+
+bool Writeback::CommitBeforeWriteback(PassState& s) {
+  // Rule 3, first half: the index entries of what is written back are
+  // durable before the backing device gets their data: else a crash could
+  // leave the backing device holding a write the recovered index never had,
+  // under an older dirty copy that a later writeback or eviction would then
+  // expose or overwrite.
+  Status cst = d_.set->Commit();
+  if (cst.ok()) return true;
+  UB_WARN("{}: writeback: journal commit failed, nothing written back: {}", d_.spec, cst.ToString());
+  BucketAllocator& buckets = d_.set->buckets();
+  for (auto& p : s.pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
+  for (const auto& r : s.runs)
+    if (r.start < r.end) d_.ranges->ReleaseWriteback(r.start, r.end);
+  backoff_ns_ = std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs);
+  return false;
+}
+
+void Writeback::ReadDirty(PassState& s) {
   // Contiguous pieces make one backing write. Every piece is read from the
   // cache device at once, and a write goes out as soon as its own pieces
   // are read: reads and backing writes overlap.
-  std::vector<std::unique_ptr<Write>> writes;
-  for (auto& p : pieces) AppendPiece(writes, p.get());
-  size_t reading = 0;
-  for (auto& p : pieces) {
+  for (auto& p : s.pieces) AppendPiece(s.writes, p.get());
+  for (auto& p : s.pieces) {
     p->buf = AlignedBuffer(p->e.len);
     p->w->reading++;
-    reading++;
-    d.set->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&reading, pp = p.get()](Status st) {
+    s.reading++;
+    d_.set->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&s, pp = p.get()](Status st) {
       pp->st = std::move(st);
       pp->w->reading--;
-      reading--;
+      s.reading--;
     });
   }
-  // Write back in backing order, bounded in flight, at the controller's rate.
-  CacheKnobs& k = d.set->knobs();
-  bool failed = false;  // back off before the next pass
+}
+
+void Writeback::SplitUnreadable(PassState& s, size_t i) {
   // A write with a part the cache device could not read goes out as the
   // writes of its readable parts; the unreadable ones stay dirty.
-  auto split_unreadable = [&](size_t i) {
-    Write* w = writes[i].get();
-    std::vector<std::unique_ptr<Write>> parts;
-    for (Piece* p : w->parts) {
-      if (!p->st.ok()) {
-        d.set->CountIoError(p->st);
-        UB_WARN("{}: writeback: cache read of dirty data failed: {}", d.spec, p->st.ToString());
-        errors_++;
-        failed = true;
-        continue;
-      }
-      AppendPiece(parts, p);
+  Write* w = s.writes[i].get();
+  std::vector<std::unique_ptr<Write>> parts;
+  for (Piece* p : w->parts) {
+    if (!p->st.ok()) {
+      d_.set->CountIoError(p->st);
+      UB_WARN("{}: writeback: cache read of dirty data failed: {}", d_.spec, p->st.ToString());
+      errors_++;
+      s.failed = true;
+      continue;
     }
-    writes.erase(writes.begin() + static_cast<ptrdiff_t>(i));
-    writes.insert(writes.begin() + static_cast<ptrdiff_t>(i), std::make_move_iterator(parts.begin()),
+    AppendPiece(parts, p);
+  }
+  s.writes.erase(s.writes.begin() + static_cast<ptrdiff_t>(i));
+  s.writes.insert(s.writes.begin() + static_cast<ptrdiff_t>(i), std::make_move_iterator(parts.begin()),
                   std::make_move_iterator(parts.end()));
-  };
-  uint64_t bytes = 0;
-  // The rule: the backing device's copies are durable before any is marked
-  // clean. About once a second during a pass, and at its end, the writes
-  // completed so far are flushed on the backing device and then marked
-  // clean, so dirty data (and ctl flush's report) goes down steadily even
-  // when a batch takes long. A failed flush marks nothing and ends the pass.
-  bool flush_failed = false;
-  auto clean_completed = [&] {
-    std::vector<Write*> done;
-    bool any_ok = false;
-    for (auto& w : writes) {
-      if (w->cleaned || !w->complete()) continue;
-      done.push_back(w.get());
-      any_ok |= w->st.ok();
+}
+
+void Writeback::FlushAndMarkClean(PassState& s) {
+  // Rule 3, second half: the backing device's copies are durable before any
+  // is marked clean. Called about once a second during a pass, and at its
+  // end, so dirty data (and ctl flush's report) goes down steadily even when
+  // a batch takes long. A failed flush marks nothing and ends the pass.
+  std::vector<Write*> done;
+  bool any_ok = false;
+  for (auto& w : s.writes) {
+    if (w->cleaned || !w->complete()) continue;
+    done.push_back(w.get());
+    any_ok |= w->st.ok();
+  }
+  if (done.empty()) return;
+  // Only writes complete before the flush is submitted are covered by it.
+  Status fst = any_ok ? SyncFlush(*d_.backing) : Status::OK();
+  if (!fst.ok()) {
+    UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d_.spec, fst.ToString());
+    s.flush_failed = s.failed = true;
+    return;
+  }
+  uint64_t cleaned_now = 0;
+  for (Write* w : done) {
+    w->cleaned = true;
+    if (!w->st.ok()) {
+      s.failed = true;
+      errors_++;
+      UB_WARN("{}: writeback of {}+{} failed, kept dirty: {}", d_.spec, w->start, w->len, w->st.ToString());
+      continue;
     }
-    if (done.empty()) return;
-    // Only writes complete before the flush is submitted are covered by it.
-    Status fst = any_ok ? SyncFlush(*d.backing) : Status::OK();
-    if (!fst.ok()) {
-      UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d.spec, fst.ToString());
-      flush_failed = failed = true;
-      return;
+    for (Piece* p : w->parts) {
+      uint64_t cleaned = 0;
+      Status st = d_.set->index().MarkClean(p->e, &cleaned);
+      if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d_.spec, st.ToString());
+      cleaned_now += cleaned;
     }
-    uint64_t cleaned_now = 0;
-    for (Write* w : done) {
-      w->cleaned = true;
-      if (!w->st.ok()) {
-        failed = true;
-        errors_++;
-        UB_WARN("{}: writeback of {}+{} failed, kept dirty: {}", d.spec, w->start, w->len, w->st.ToString());
-        continue;
-      }
-      for (Piece* p : w->parts) {
-        uint64_t cleaned = 0;
-        Status st = index.MarkClean(p->e, &cleaned);
-        if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d.spec, st.ToString());
-        cleaned_now += cleaned;
-      }
+  }
+  s.bytes += cleaned_now;
+  written_ += cleaned_now;
+}
+
+void Writeback::IssueChunk(PassState& s, Write* w, uint64_t chunk, bool yield, uint64_t now, uint64_t rate) {
+  if (w->issued == 0) {
+    if (w->parts.size() == 1) {
+      w->buf = std::move(w->parts[0]->buf);
+    } else {
+      w->buf = AlignedBuffer(w->len);
+      for (Piece* p : w->parts)
+        std::copy(p->buf.data(), p->buf.data() + p->e.len, w->buf.data() + (p->e.start - w->start));
     }
-    bytes += cleaned_now;
-    written_ += cleaned_now;
-  };
-  size_t next = 0;  // the first write not wholly submitted
-  size_t inflight = 0;
+  }
+  uint64_t off = w->issued, n = std::min(chunk, w->len - off);
+  w->issued += n;
+  w->outstanding++;
+  if (w->issued == w->len) s.next++;
+  s.inflight++;
+  next_io_ = std::max(next_io_, now) + n * kNs / rate;
+  dbg_next_io_ = next_io_;
+  d_.backing->Write(w->start + off, n, w->buf.data() + off, 0,
+                    [&s, w, yield, t0 = now, bt = d_.backing_time, n](Status st) {
+                      uint64_t done_ns = NowNanos();
+                      // What the backing device takes for a write: in
+                      // writeback, often the only writes it sees (auto congestion).
+                      if (st.ok()) bt->Observe(ServiceTime::Op::kWrite, n, done_ns - t0, done_ns);
+                      if (!st.ok() && w->st.ok()) w->st = std::move(st);
+                      w->outstanding--;
+                      s.inflight--;
+                      if (yield) s.yield_until = done_ns + kReaderYield * (done_ns - t0);
+                    });
+}
+
+void Writeback::WriteDirty(PassState& s, bool full_speed) {
+  // Write back in backing order, bounded in flight, at the controller's rate.
+  const Parts& d = d_;
+  CacheKnobs& k = d.set->knobs();
   uint64_t last_clean = NowNanos();
-  uint64_t yield_until = 0;  // while a reader is active: no write before this
-  while ((next < writes.size() && !flush_failed) || inflight > 0) {
+  while ((s.next < s.writes.size() && !s.flush_failed) || s.inflight > 0) {
     uint64_t now = NowNanos();
     // The controller keeps running during a long pass, and a pause takes
     // effect at once (what is in flight completes; the rest stays dirty).
@@ -386,11 +446,11 @@ uint64_t Writeback::Pass(bool full_speed) {
       last_update_ = now;
     }
     if (now - last_clean >= kCleanIntervalNs) {
-      clean_completed();
+      FlushAndMarkClean(s);
       last_clean = now;
     }
     if (!full_speed && !k.writeback_running.load()) {
-      if (inflight == 0) break;
+      if (s.inflight == 0) break;
       reactor_->RunOnce(true);
       continue;
     }
@@ -398,7 +458,8 @@ uint64_t Writeback::Pass(bool full_speed) {
     // Near the cutoff (or past it, turning writes away), dirty data leaves
     // at full speed: a write burst then finds room in the cache instead of
     // the spindle's random-write speed.
-    bool at_cutoff = d.activity->TurnedAwayRecently(now) || d.set->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
+    bool at_cutoff =
+        d.activity->TurnedAwayRecently(now) || d.set->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
     bool fast = full_speed || idle || at_cutoff;
     // Foreground reads of the backing device go first (bcache's writeback
     // starves readers of a spindle; the mmtests thread measured 38-90 %
@@ -412,56 +473,23 @@ uint64_t Writeback::Pass(bool full_speed) {
     size_t limit = yield ? 1 : (full_speed || idle) ? 64 : 16;
     uint64_t chunk = yield ? kReaderChunk : kMaxRun;
     uint64_t rate = fast ? kMaxRate : std::max<uint64_t>(1, k.writeback_rate.load());
-    while (!flush_failed && next < writes.size() && inflight < limit && (fast || now >= next_io_) &&
-           (!yield || now >= yield_until)) {
-      Write* w = writes[next].get();
+    while (!s.flush_failed && s.next < s.writes.size() && s.inflight < limit && (fast || now >= next_io_) &&
+           (!yield || now >= s.yield_until)) {
+      Write* w = s.writes[s.next].get();
       if (w->reading > 0) break;  // its data is still coming from the cache device
       if (w->issued == 0 && std::any_of(w->parts.begin(), w->parts.end(), [](Piece* p) { return !p->st.ok(); })) {
-        split_unreadable(next);
+        SplitUnreadable(s, s.next);
         continue;
       }
-      if (w->issued == 0) {
-        if (w->parts.size() == 1) {
-          w->buf = std::move(w->parts[0]->buf);
-        } else {
-          w->buf = AlignedBuffer(w->len);
-          for (Piece* p : w->parts)
-            std::copy(p->buf.data(), p->buf.data() + p->e.len, w->buf.data() + (p->e.start - w->start));
-        }
-      }
-      uint64_t off = w->issued, n = std::min(chunk, w->len - off);
-      w->issued += n;
-      w->outstanding++;
-      if (w->issued == w->len) next++;
-      inflight++;
-      next_io_ = std::max(next_io_, now) + n * kNs / rate;
-      dbg_next_io_ = next_io_;
-      d.backing->Write(w->start + off, n, w->buf.data() + off, 0,
-                        [&inflight, &yield_until, w, yield, t0 = now, dev = &d, n](Status st) {
-                          uint64_t done_ns = NowNanos();
-                          // What the backing device takes for a write: in
-                          // writeback, often the only writes it sees (auto congestion).
-                          if (st.ok()) dev->backing_time->Observe(ServiceTime::Op::kWrite, n, done_ns - t0, done_ns);
-                          if (!st.ok() && w->st.ok()) w->st = std::move(st);
-                          w->outstanding--;
-                          inflight--;
-                          if (yield) yield_until = done_ns + kReaderYield * (done_ns - t0);
-                        });
+      IssueChunk(s, w, chunk, yield, now, rate);
     }
-    if (inflight > 0 || (next < writes.size() && writes[next]->reading > 0)) {
+    if (s.inflight > 0 || (s.next < s.writes.size() && s.writes[s.next]->reading > 0)) {
       reactor_->RunOnce(true);
-    } else if (next < writes.size() && !flush_failed) {
-      uint64_t wake = std::max(fast ? now : next_io_, yield ? yield_until : now);
+    } else if (s.next < s.writes.size() && !s.flush_failed) {
+      uint64_t wake = std::max(fast ? now : next_io_, yield ? s.yield_until : now);
       if (wake > now && !Sleep(std::min<uint64_t>(wake - now, 50'000'000))) break;  // stopping
     }
   }
-  reactor_->RunUntil([&] { return inflight == 0 && reading == 0; });
-  if (!flush_failed) clean_completed();
-  for (auto& p : pieces) buckets.WriteDone(buckets.BucketOf(p->e.cache_offset));
-  for (const Run& r : runs)
-    if (r.start < r.end) d.ranges->ReleaseWriteback(r.start, r.end);
-  backoff_ns_ = failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
-  return bytes + (pieces.empty() ? 0 : 1);  // found something, even if nothing got cleaner
 }
 
 void Writeback::Loop() {

@@ -146,8 +146,25 @@ class Writeback {
 
  private:
   void Loop();
-  // One batch of dirty stripes; returns the bytes written back (0: none found).
+  // One batch of dirty stripes; returns the bytes written back (0: none
+  // found). Its stages, in order, over one PassState (bcache's read_dirty
+  // -> write_dirty -> write_dirty_finish):
+  struct PassState;
   uint64_t Pass(bool full_speed);
+  // Claims the next dirty stripes and looks their dirty extents up (pinned);
+  // false when nothing is dirty.
+  bool CollectDirty(PassState& s);
+  // Rule 3's first half; false (everything released) when the commit failed.
+  bool CommitBeforeWriteback(PassState& s);
+  // Coalesces the pieces into backing writes and reads them from the cache.
+  void ReadDirty(PassState& s);
+  // Issues the backing writes at the controller's pace, yielding to readers,
+  // flushing and marking clean about once a second.
+  void WriteDirty(PassState& s, bool full_speed);
+  void SplitUnreadable(PassState& s, size_t i);
+  void IssueChunk(PassState& s, Write* w, uint64_t chunk, bool yield, uint64_t now, uint64_t rate);
+  // Rule 3's second half: flush the backing device, then mark clean.
+  void FlushAndMarkClean(PassState& s);
   void UpdateRate(uint64_t now);
   void StateTransitions();
   bool Sleep(uint64_t ns);  // false when stopping
