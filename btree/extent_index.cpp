@@ -134,6 +134,7 @@ class ExtentIndex::ShardLocks {
   std::vector<uint32_t> ids_;
 };
 
+      journaled_(o.journaled),
 ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, const Options& o)
     : store_(store),
       stripe_(stripe),
@@ -440,8 +441,7 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
       }
       removed.clear();
       st = sh->tree->Replace(dev, x.start, x.end(), nullptr, &removed);
-      AppendInvalidateOp(&sh->journal, id, dev, x.start, x.end());
-      sh->journal_ops++;
+      JournalInvalidateLocked(sh, id, dev, x.start, x.end());
       if (removed_clean) *removed_clean += x.len;
     }
     if (!st.ok() && result.ok()) result = st;
@@ -486,13 +486,12 @@ Status ExtentIndex::ChangeIfSame(const Extent& e, Change how, const Extent* to, 
     // Journaled as the new piece: replay replaces exactly this range.
     if (st.ok() && keep) {
       // A moved piece points at data just copied: checked when we have it.
-      bool checked = how == Change::kMove && data;
+      bool checked = how == Change::kMove && data && journaled_;
       uint64_t hash = checked ? Hash64(data + (x.start - e.start), x.len) : 0;
-      AppendInsertOp(&sh->journal, c, checked ? &hash : nullptr);
+      JournalInsertLocked(sh, c, checked ? &hash : nullptr);
     } else {
-      AppendInvalidateOp(&sh->journal, id, x.dev, x.start, x.end());
+      JournalInvalidateLocked(sh, id, x.dev, x.start, x.end());
     }
-    sh->journal_ops++;
     AccountLocked(sh, removed, st.ok() && keep ? &c : nullptr);
     if (st.ok()) *changed += x.len;
   }
@@ -612,7 +611,7 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
                            uint64_t* removed_dirty) {
   // The pieces' data hashes, before any lock is taken.
   std::vector<uint64_t> hashes;
-  if (insert && data) {
+  if (insert && data && journaled_) {
     for (uint64_t s = start; s < end;) {
       uint64_t e = std::min(end, (s / stripe_ + 1) * stripe_);
       hashes.push_back(Hash64(data + (s - start), e - s));
@@ -652,12 +651,11 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
       // range may have lost its old extents, and the caller was told it is
       // not cached.
       if (st.ok()) {
-        AppendInsertOp(&sh->journal, piece, hashes.empty() ? nullptr : &hashes[n]);
+        JournalInsertLocked(sh, piece, hashes.empty() ? nullptr : &hashes[n]);
       } else {
-        AppendInvalidateOp(&sh->journal, id, dev, s, e);
+        JournalInvalidateLocked(sh, id, dev, s, e);
         if (result.ok()) result = st;
       }
-      sh->journal_ops++;
       s = e;
     }
   } else {
@@ -668,8 +666,7 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
       Status st = sh->tree->Replace(dev, start, end, nullptr, &removed);
       for (const Extent& r : removed) removed_bytes += r.len;
       AccountLocked(sh, removed, nullptr);
-      AppendInvalidateOp(&sh->journal, id, dev, start, end);
-      sh->journal_ops++;
+      JournalInvalidateLocked(sh, id, dev, start, end);
       if (!st.ok() && result.ok()) result = st;
     }
   }
@@ -703,6 +700,19 @@ Status ExtentIndex::ForEach(const std::function<void(const Extent&)>& fn) {
     }
   }
   return Status::OK();
+void ExtentIndex::JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash) {
+  if (!journaled_) return;
+  AppendInsertOp(&sh->journal, piece, hash);
+  sh->journal_ops++;
+}
+
+void ExtentIndex::JournalInvalidateLocked(Shard* sh, uint32_t id, uint32_t dev, uint64_t start,
+                                          uint64_t end) {
+  if (!journaled_) return;
+  AppendInvalidateOp(&sh->journal, id, dev, start, end);
+  sh->journal_ops++;
+}
+
 }
 
 // ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@
 // that shard's dirty nodes). stats() takes no lock.
 //
 // Durability. Every mutation is applied in memory and appended to its shard's
-// pending journal ops; Commit() writes all pending ops as one checksummed,
+// pending journal ops (unless Options::journaled is false); Commit() writes all pending ops as one checksummed,
 // sequence-numbered journal entry. Checkpoint() writes every dirty node
 // (copy-on-write, see extent_tree.h) and yields an IndexRoot for the cache
 // superblock. After a crash, Open(last durable root) reads the roots and
@@ -88,6 +88,12 @@ class ExtentIndex {
   // What a checkpoint hands to persist besides the root: node addresses the
   // new root no longer reaches (freed once it is durable), and the dirty
   // accounting as of each shard's snapshot, encoded, for Open.
+    // Whether mutations are recorded for Commit. false: for an index no one
+    // reopens (an unformatted cache's, in memory for one run) — nothing is
+    // kept per mutation (no pending ops, no data hashes), so its memory is
+    // the tree's alone; Commit then writes nothing, and Open would replay
+    // no entry of this index's.
+    bool journaled = true;
   struct CheckpointState {
     std::vector<uint64_t> superseded;
     std::vector<uint8_t> dirty;
@@ -235,6 +241,10 @@ class ExtentIndex {
   void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);
 
   NodeStore* const store_;
+  // Record one op in the shard's pending journal (nothing when unjournaled).
+  void JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash) REQUIRES(sh->mu);
+  void JournalInvalidateLocked(Shard* sh, uint32_t id, uint32_t dev, uint64_t start, uint64_t end)
+      REQUIRES(sh->mu);
   const uint64_t stripe_;
   const uint64_t set_id_;
   const uint64_t bucket_bytes_;
@@ -242,6 +252,7 @@ class ExtentIndex {
   const std::function<bool(const Extent&, uint64_t)> check_data_;
   const std::function<void(const Extent&)> on_replayed_insert_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  const bool journaled_;
   std::atomic<uint64_t> cache_bytes_;
   std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged
   std::unique_ptr<std::atomic<uint64_t>[]> chunk_seq_;  // last mutation per chunk slot

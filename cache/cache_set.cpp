@@ -110,6 +110,10 @@ ExtentIndex::Options CacheSet::IndexOptions() {
   io.cache_bytes = o_.btree_cache_size;
   io.set_id = set_id_;
   io.bucket_bytes = o_.bucket_size;
+  // An unformatted cache's index lives for one run and is never replayed:
+  // it keeps no journal, else its pending ops would grow with every write
+  // (nothing commits them — Commit() is a no-op for such a set).
+  io.journaled = persistent_;
   // Called under an index shard lock: atomics only.
   io.on_dirty = [this](uint64_t bucket, int64_t delta) {
     // Dirty bytes leave a bucket (overwritten, cleaned, moved) only once the

@@ -5,7 +5,9 @@
 //
 // Two ways to get one:
 //  - Create: an unformatted cache device. The index lives in memory
-//    (MemNodeStore): valid for one daemon run, and every start is cold.
+//    (MemNodeStore): valid for one daemon run, and every start is cold. It
+//    keeps no journal (nothing would replay it), so its memory is bounded
+//    by the index itself, however long the daemon writes.
 //  - Open: a formatted cache device (its superblock). The index lives on the
 //    device (BucketNodeStore: nodes in metadata buckets; the Journal in the
 //    journal buckets). Every start — after a clean Shutdown(), kill -9, a
