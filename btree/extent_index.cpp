@@ -9,8 +9,6 @@
 #include "util/hash.h"
 #include "util/log.h"
 
-#define UB_ASSERT_CAPABILITY(x) UB_THREAD_ANNOTATION(assert_capability(x))
-
 namespace ubcache {
 namespace {
 
@@ -34,10 +32,6 @@ uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
 size_t ChunkSlot(uint32_t dev, uint64_t chunk) {
   return Mix(chunk * 0x100000001b3ULL ^ dev) & (kChunkSlots - 1);
 }
-
-// Tells the thread-safety analysis that a shard mutex taken by ShardLocks
-// (a runtime-sized set it cannot follow) is held.
-inline void AssertHeld(const Mutex& mu) UB_ASSERT_CAPABILITY(mu) {}
 
 Status CheckRange(uint32_t dev, uint64_t start, uint64_t len) {
   if (len == 0 || start % kIndexBlock || len % kIndexBlock) {
@@ -117,7 +111,8 @@ Result<IndexRoot> IndexRoot::Decode(const uint8_t* p, size_t len) {
 
 // ---------------------------------------------------------------------------
 // Locks a set of shards in ascending index order, the one global order, so two
-// operations over overlapping sets cannot deadlock.
+// operations over overlapping sets cannot deadlock. The analysis cannot follow
+// a runtime-sized set: code under it says sh->mu.AssertHeld() per shard.
 class ExtentIndex::ShardLocks {
  public:
   ShardLocks(ExtentIndex* idx, std::vector<uint32_t> ids) NO_THREAD_SAFETY_ANALYSIS
@@ -134,12 +129,12 @@ class ExtentIndex::ShardLocks {
   std::vector<uint32_t> ids_;
 };
 
-      journaled_(o.journaled),
 ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, const Options& o)
     : store_(store),
       stripe_(stripe),
       set_id_(o.set_id),
       bucket_bytes_(o.bucket_bytes),
+      journaled_(o.journaled),
       on_dirty_(o.on_dirty),
       check_data_(o.check_data),
       on_replayed_insert_(o.on_replayed_insert),
@@ -430,7 +425,7 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
   std::vector<Extent> cur, removed;
   for (uint32_t id : locks.ids()) {
     Shard* sh = shards_[id].get();
-    AssertHeld(sh->mu);
+    sh->mu.AssertHeld();
     cur.clear();
     Status st = sh->tree->Lookup(dev, start, end, &cur);
     for (const Extent& x : cur) {
@@ -580,7 +575,7 @@ Status ExtentIndex::Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vect
   Status st;
   for (uint32_t id : locks.ids()) {
     Shard* sh = shards_[id].get();
-    AssertHeld(sh->mu);
+    sh->mu.AssertHeld();
     if (st.ok()) st = sh->tree->Lookup(dev, start, start + len, out);
     EvictLocked(sh);
   }
@@ -638,7 +633,7 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
       uint64_t e = std::min(end, (s / stripe_ + 1) * stripe_);
       uint32_t id = ShardOf(dev, s);
       Shard* sh = shards_[id].get();
-      AssertHeld(sh->mu);
+      sh->mu.AssertHeld();
       Extent piece = *insert;
       piece.start = s;
       piece.len = e - s;
@@ -661,7 +656,7 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
   } else {
     for (uint32_t id : locks.ids()) {
       Shard* sh = shards_[id].get();
-      AssertHeld(sh->mu);
+      sh->mu.AssertHeld();
       removed.clear();
       Status st = sh->tree->Replace(dev, start, end, nullptr, &removed);
       for (const Extent& r : removed) removed_bytes += r.len;
@@ -672,7 +667,7 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
   }
   for (uint32_t id : locks.ids()) {
     Shard* sh = shards_[id].get();
-    AssertHeld(sh->mu);
+    sh->mu.AssertHeld();
     EvictLocked(sh);
   }
   if (inserted && !result.ok()) *inserted = false;
@@ -700,6 +695,11 @@ Status ExtentIndex::ForEach(const std::function<void(const Extent&)>& fn) {
     }
   }
   return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Journal and checkpoint
+
 void ExtentIndex::JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash) {
   if (!journaled_) return;
   AppendInsertOp(&sh->journal, piece, hash);
@@ -712,11 +712,6 @@ void ExtentIndex::JournalInvalidateLocked(Shard* sh, uint32_t id, uint32_t dev, 
   AppendInvalidateOp(&sh->journal, id, dev, start, end);
   sh->journal_ops++;
 }
-
-}
-
-// ---------------------------------------------------------------------------
-// Journal and checkpoint
 
 void ExtentIndex::ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken,
                                    std::vector<uint32_t>* ops) {

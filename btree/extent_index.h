@@ -17,6 +17,10 @@
 // Checkpoint hold the commit mutex and visit shards one at a time (each shard
 // lock is held only to swap its pending ops out, or, in Checkpoint, to write
 // that shard's dirty nodes). stats() takes no lock.
+// Lock order: commit_mu_, then shard mutexes in ascending index; under a
+// shard mutex the NodeStore (node reads, eviction writes, allocations) and
+// Options::on_dirty run, so they may take their own locks but must never
+// call back into the index.
 //
 // Durability. Every mutation is applied in memory and appended to its shard's
 // pending journal ops (unless Options::journaled is false); Commit() writes all pending ops as one checksummed,
@@ -84,16 +88,16 @@ class ExtentIndex {
     // Open: told each insert the journal replay applied, so the cache can
     // mark the bucket it points into as recently filled.
     std::function<void(const Extent& e)> on_replayed_insert;
-  };
-  // What a checkpoint hands to persist besides the root: node addresses the
-  // new root no longer reaches (freed once it is durable), and the dirty
-  // accounting as of each shard's snapshot, encoded, for Open.
     // Whether mutations are recorded for Commit. false: for an index no one
     // reopens (an unformatted cache's, in memory for one run) — nothing is
     // kept per mutation (no pending ops, no data hashes), so its memory is
     // the tree's alone; Commit then writes nothing, and Open would replay
     // no entry of this index's.
     bool journaled = true;
+  };
+  // What a checkpoint hands to persist besides the root: node addresses the
+  // new root no longer reaches (freed once it is durable), and the dirty
+  // accounting as of each shard's snapshot, encoded, for Open.
   struct CheckpointState {
     std::vector<uint64_t> superseded;
     std::vector<uint8_t> dirty;
@@ -237,22 +241,22 @@ class ExtentIndex {
   Status ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed,
                       const uint8_t* data = nullptr);
   void EvictLocked(Shard* sh) REQUIRES(sh->mu);
-  uint64_t ShardBudget() const;
-  void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);
-
-  NodeStore* const store_;
   // Record one op in the shard's pending journal (nothing when unjournaled).
   void JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash) REQUIRES(sh->mu);
   void JournalInvalidateLocked(Shard* sh, uint32_t id, uint32_t dev, uint64_t start, uint64_t end)
       REQUIRES(sh->mu);
+  uint64_t ShardBudget() const;
+  void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);
+
+  NodeStore* const store_;
   const uint64_t stripe_;
   const uint64_t set_id_;
   const uint64_t bucket_bytes_;
+  const bool journaled_;
   const std::function<void(uint64_t, int64_t)> on_dirty_;
   const std::function<bool(const Extent&, uint64_t)> check_data_;
   const std::function<void(const Extent&)> on_replayed_insert_;
   std::vector<std::unique_ptr<Shard>> shards_;
-  const bool journaled_;
   std::atomic<uint64_t> cache_bytes_;
   std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged
   std::unique_ptr<std::atomic<uint64_t>[]> chunk_seq_;  // last mutation per chunk slot

@@ -3,7 +3,8 @@
 // cache device: it survives the ExtentIndex that uses it, so a test "crashes"
 // the index by destroying it and reopens on the same store.
 //
-// Thread-safe (one mutex; it is a test double, not a hot path).
+// Thread-safe (one mutex, a leaf: taken under the index's shard and commit
+// mutexes; it is a test double, not a hot path).
 #pragma once
 
 #include <cstdint>

@@ -16,7 +16,8 @@
 // Thread safety: any thread; one mutex serialises the changes. The I/O is
 // synchronous on the calling thread's Reactor (backend/sync_io.h), so call
 // it from the serve thread, the control worker or the writeback thread,
-// never from a reactor that serves clients.
+// never from a reactor that serves clients. Lock order: mu_ is a leaf,
+// held across the I/O, which takes no lock of the daemon's.
 #pragma once
 
 #include <memory>

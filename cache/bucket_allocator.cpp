@@ -101,7 +101,7 @@ void BucketAllocator::InvalidateLocked(uint32_t b) {
     free_.push_back(b);
 }
 
-bool BucketAllocator::PersistPendingLocked() NO_THREAD_SAFETY_ANALYSIS {
+bool BucketAllocator::PersistPendingLocked() {
   if (pending_.empty() || persisting_) return false;
   std::vector<uint32_t> batch;
   batch.swap(pending_);
@@ -125,7 +125,7 @@ bool BucketAllocator::PersistPendingLocked() NO_THREAD_SAFETY_ANALYSIS {
   return true;
 }
 
-void BucketAllocator::WaitForPersistLocked() NO_THREAD_SAFETY_ANALYSIS {
+void BucketAllocator::WaitForPersistLocked() {
   while (persisting_) {
     mu_.Unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -255,9 +255,9 @@ size_t BucketAllocator::Refill(ReplacementPolicy policy) {
 void BucketAllocator::WantRefill() {
   if (refill_wanted_.exchange(true, std::memory_order_acq_rel)) return;  // already asked
   {
-    std::lock_guard<std::mutex> l(wake_mu_);
+    MutexLock l(&wake_mu_);  // not between the refill thread's check and its wait
   }
-  wake_cv_.notify_one();
+  wake_cv_.Signal();
 }
 
 void BucketAllocator::StartRefill(std::function<ReplacementPolicy()> policy) {
@@ -271,10 +271,10 @@ void BucketAllocator::StartRefill(std::function<ReplacementPolicy()> policy) {
 void BucketAllocator::RefillLoop(std::function<ReplacementPolicy()> policy) {
   for (;;) {
     {
-      std::unique_lock<std::mutex> l(wake_mu_);
-      wake_cv_.wait_for(l, std::chrono::seconds(1), [this] {
-        return stop_ || refill_wanted_.load(std::memory_order_acquire);
-      });
+      MutexLock l(&wake_mu_);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (!stop_ && !refill_wanted_.load(std::memory_order_acquire))
+        if (!wake_cv_.WaitUntil(&wake_mu_, deadline)) break;
       if (stop_) return;
     }
     refill_wanted_.store(false, std::memory_order_release);
@@ -286,10 +286,10 @@ BucketAllocator::~BucketAllocator() { StopRefill(); }
 
 void BucketAllocator::StopRefill() {
   {
-    std::lock_guard<std::mutex> l(wake_mu_);
+    MutexLock l(&wake_mu_);
     stop_ = true;
   }
-  wake_cv_.notify_all();
+  wake_cv_.SignalAll();
   if (refill_.joinable()) refill_.join();
 }
 

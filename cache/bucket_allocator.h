@@ -48,15 +48,19 @@
 // poller cannot stall I/O (the lesson of bcache's priority_stats, which
 // sorted every bucket's priority under the bucket lock). A reader racing a
 // change may see the counts one step apart; they are statistics.
+//
+// Lock order: mu_, then wake_mu_ (a leaf: an allocation that runs the free
+// list low wakes the refill thread under mu_). mu_ is never held while the
+// gen persister runs (it takes the cache set's journal locks): the persist
+// drops it. Callers may hold the node store's slot-map lock
+// (BucketNodeStore::AllocNode) or an index shard lock (AddDirty takes none).
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -161,7 +165,7 @@ class BucketAllocator {
   // second); the destructor stops it.
   size_t Refill(ReplacementPolicy policy) EXCLUDES(mu_);
   void StartRefill(std::function<ReplacementPolicy()> policy);
-  void StopRefill();
+  void StopRefill() EXCLUDES(wake_mu_);
   uint32_t free_target() const { return free_target_; }
 
   // Lock-free, O(1). `dead`: data buckets the last GC pass found holding
@@ -229,8 +233,8 @@ class BucketAllocator {
   void InvalidateLocked(uint32_t b) REQUIRES(mu_);
   // A bucket's gen moved ahead of its gc_gen: track the largest lead.
   void NoteLeadLocked(const Bucket& k) REQUIRES(mu_);
-  void WantRefill();
-  void RefillLoop(std::function<ReplacementPolicy()> policy);
+  void WantRefill() EXCLUDES(wake_mu_);
+  void RefillLoop(std::function<ReplacementPolicy()> policy) EXCLUDES(wake_mu_);
   void SetPrioLocked(uint32_t b, uint16_t prio) REQUIRES(mu_);
   // Mirrors bucket b's gen, kind and prio into published_ after a change.
   void PublishLocked(uint32_t b) REQUIRES(mu_);
@@ -283,9 +287,9 @@ class BucketAllocator {
 
   // The refill thread and its wake-up.
   std::atomic<bool> refill_wanted_{false};
-  std::mutex wake_mu_;
-  std::condition_variable wake_cv_;
-  bool stop_ = false;  // under wake_mu_
+  Mutex wake_mu_;
+  CondVar wake_cv_;
+  bool stop_ GUARDED_BY(wake_mu_) = false;
   std::thread refill_;
   void CountKind(Kind k, int delta) {
     counts_[static_cast<int>(k)].fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed);

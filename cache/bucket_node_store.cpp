@@ -2,10 +2,8 @@
 #include "cache/bucket_node_store.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <future>
-#include <mutex>
 #include <string>
 
 #include "cache/superblock.h"
@@ -72,23 +70,26 @@ BucketNodeStore::~BucketNodeStore() {
 }
 
 Status BucketNodeStore::Io(const IoRequest& req) {
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  Status result;
+  struct Completion {
+    Mutex mu;
+    CondVar cv;
+    bool done GUARDED_BY(mu) = false;
+    Status result GUARDED_BY(mu);
+  } c;
   reactor_->Post([&] {
     dev_->Submit(req, [&](Status st) {
-      std::lock_guard<std::mutex> l(m);
-      result = std::move(st);
-      done = true;
-      cv.notify_one();
+      // Signalled under the lock: the waiter destroys `c` once it sees done.
+      MutexLock l(&c.mu);
+      c.result = std::move(st);
+      c.done = true;
+      c.cv.Signal();
     });
   });
-  std::unique_lock<std::mutex> l(m);
-  cv.wait(l, [&] { return done; });
+  MutexLock l(&c.mu);
+  while (!c.done) c.cv.Wait(&c.mu);
   if (req.op == IoOp::kRead) counters_.bytes_read += req.len;
   if (req.op == IoOp::kWrite) counters_.bytes_written += req.len;
-  return result;
+  return c.result;
 }
 
 // ---------------------------------------------------------------------------

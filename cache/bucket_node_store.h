@@ -23,6 +23,12 @@
 //
 // Thread safety: every method, from any thread (one mutex for the slot map,
 // one for the journal; I/O runs outside the slot-map lock).
+// Lock order: mu_ (the slot map), then the allocator's locks —
+// AllocNode/FreeNode call AllocateMetadata/FreeMetadata under it, and an
+// allocation may journal bucket generations (CacheSet::gen_mu_, then the
+// Journal's lock). So no caller may hold gen_mu_ or the journal's lock
+// when it calls AllocNode, AllocatedNodes or RestoreNodes. Io() takes only
+// its own completion's lock.
 #pragma once
 
 #include <atomic>

@@ -121,7 +121,7 @@ ExtentIndex::Options CacheSet::IndexOptions() {
     // crash would replay the old dirty pointer into a bucket whose new gen
     // is already journaled — stale, and the data lost.
     if (delta < 0 && persistent_) {
-      std::lock_guard<std::mutex> l(undirty_mu_);
+      MutexLock l(&undirty_mu_);
       undirty_.emplace_back(static_cast<uint32_t>(bucket), delta);
       return;
     }
@@ -164,7 +164,7 @@ Status CacheSet::MakeStore(unsigned journal_half) {
   UB_ASSIGN_OR_RETURN(auto store, BucketNodeStore::Create(cache_dev_, buckets_.get(), so));
   disk_store_ = store.get();
   store_ = std::move(store);
-  // A checkpoint switches journals itself (CheckpointLocked): the index's
+  // A checkpoint switches journals itself (WriteCheckpoint): the index's
   // trim after it has nothing left to do.
   disk_store_->SetTrimHook([] { return Status::OK(); });
   buckets_->SetGenPersister(
@@ -183,8 +183,8 @@ Status CacheSet::PersistGens(const std::vector<std::pair<uint32_t, uint8_t>>& ge
   MutexLock g(&gen_mu_);
   Status st = disk_store_->journal().Append(Journal::Kind::kBucketGens, p.data(), p.size());
   if (st.code() == Status::Code::kNoSpace) {
-    std::lock_guard<std::mutex> l(jmu_);
-    jcv_.notify_all();  // the journal thread checkpoints when it is this full
+    MutexLock l(&jmu_);
+    jcv_.SignalAll();  // the journal thread checkpoints when it is this full
   }
   return st;
 }
@@ -273,7 +273,7 @@ Status CacheSet::StartCold() {
   UB_RETURN_IF_ERROR(disk_store_->ResetJournal());
   UB_ASSIGN_OR_RETURN(index_, ExtentIndex::Create(store_.get(), IndexOptions()));
   // The first checkpoint: from now on every start recovers.
-  return CheckpointLocked(false);
+  return WriteCheckpoint(false);
 }
 
 Status CacheSet::WriteSuperblock(const IndexRoot* root, bool clean, uint64_t table_off,
@@ -345,7 +345,7 @@ Status CacheSet::DropDevice(uint32_t dev, uint64_t size) {
 }
 
 std::vector<std::pair<uint32_t, int64_t>> CacheSet::TakeUndirty() {
-  std::lock_guard<std::mutex> l(undirty_mu_);
+  MutexLock l(&undirty_mu_);
   std::vector<std::pair<uint32_t, int64_t>> out;
   out.swap(undirty_);
   return out;
@@ -364,18 +364,18 @@ Status CacheSet::Durably(const std::function<Status()>& commit) {
   if (st.ok()) {
     ReleaseUndirty(taken);
   } else {
-    std::lock_guard<std::mutex> l(undirty_mu_);
+    MutexLock l(&undirty_mu_);
     undirty_.insert(undirty_.end(), taken.begin(), taken.end());
   }
   return st;
 }
 
 Status CacheSet::Checkpoint() {
-  return Durably([this] { return CheckpointLocked(false); });
+  return Durably([this] { return WriteCheckpoint(false); });
 }
 
-Status CacheSet::CheckpointLocked(bool clean) {
-  std::lock_guard<std::mutex> one(ckpt_mu_);
+Status CacheSet::WriteCheckpoint(bool clean) {
+  MutexLock one(&ckpt_mu_);
   if (!persistent_) return index_->Checkpoint().status();
   auto root = index_->Checkpoint(ExtentIndex::PersistStateFn(
       [this, clean](const IndexRoot& r, const ExtentIndex::CheckpointState& state) -> Status {
@@ -428,10 +428,10 @@ void CacheSet::CommitAsync(IoDone done, bool soft) {
     return;
   }
   {
-    std::lock_guard<std::mutex> l(jmu_);
+    MutexLock l(&jmu_);
     waiters_.push_back({std::move(done), Reactor::Current(), soft});
   }
-  jcv_.notify_all();
+  jcv_.SignalAll();
 }
 
 Status CacheSet::Commit() {
@@ -459,17 +459,18 @@ unsigned CacheSet::in_use_percent() const {
 
 void CacheSet::JournalLoop() {
   using Clock = std::chrono::steady_clock;
-  std::unique_lock<std::mutex> l(jmu_);
+  MutexLock l(&jmu_);
   auto hard_due = Clock::now();
   while (!jstop_) {
     auto delay = std::chrono::milliseconds(std::max<uint32_t>(1, knobs_.journal_delay_ms.load()));
     hard_due = std::min(hard_due, Clock::now() + delay);  // the knob may have shrunk
-    jcv_.wait_until(l, hard_due, [this] { return jstop_ || !waiters_.empty(); });
+    while (!jstop_ && waiters_.empty())
+      if (!jcv_.WaitUntil(&jmu_, hard_due)) break;
     // Group commit: everyone waiting now is covered by one append, since
     // their changes were made before they asked.
     std::vector<CommitWaiter> batch;
     batch.swap(waiters_);
-    l.unlock();
+    jmu_.Unlock();
     // Hard when someone needs durability (FLUSH, FUA, the writeback thread)
     // or journal_delay_ms has passed since the last hard commit; soft when
     // only writeback writes wait, to be acknowledged. A hard commit with no
@@ -488,16 +489,16 @@ void CacheSet::JournalLoop() {
     for (CommitWaiter& w : batch) {
       w.reactor->Post([done = std::move(w.done), st]() mutable { done(st); });
     }
-    l.lock();
+    jmu_.Lock();
   }
 }
 
 void CacheSet::StopJournal() {
   {
-    std::lock_guard<std::mutex> l(jmu_);
+    MutexLock l(&jmu_);
     jstop_ = true;
   }
-  jcv_.notify_all();
+  jcv_.SignalAll();
   if (journal_thread_.joinable()) journal_thread_.join();
 }
 
@@ -538,10 +539,10 @@ void CacheSet::StartThreads() {
 void CacheSet::StopHousekeeping() {
   StopJournal();
   {
-    std::lock_guard<std::mutex> l(hk_mu_);
+    MutexLock l(&hk_mu_);
     hk_stop_ = true;
   }
-  hk_cv_.notify_all();
+  hk_cv_.SignalAll();
   if (hk_.joinable()) hk_.join();
   if (buckets_) buckets_->StopRefill();  // it reads knobs_, which goes before buckets_
 }
@@ -559,7 +560,7 @@ Status CacheSet::Shutdown() {
   uint64_t t0 = NowNanos();
   // Every op since the last commit goes into the checkpoint's nodes; the
   // next start replays nothing.
-  UB_RETURN_IF_ERROR(CheckpointLocked(true));
+  UB_RETURN_IF_ERROR(WriteCheckpoint(true));
   auto st = index_->stats();
   UB_INFO("cache set {}: clean shutdown in {:.1f} ms: {} extents", FormatUuid(set_uuid_),
           (NowNanos() - t0) / 1e6, st.extents);
@@ -567,7 +568,7 @@ Status CacheSet::Shutdown() {
 }
 
 Result<uint64_t> CacheSet::RunGc(bool force_moving) {
-  std::lock_guard<std::mutex> one_at_a_time(gc_mu_);
+  MutexLock one_at_a_time(&gc_mu_);
   BucketAllocator& buckets = *buckets_;
   std::vector<uint8_t> gens = buckets.GenSnapshot();
   uint64_t seq_at_start = buckets.fill_seq();
@@ -660,11 +661,11 @@ Status CacheSet::MovingGc(std::vector<uint32_t>& live, bool force) {
 
 void CacheSet::Housekeeping() {
   uint64_t ticks = 0;
-  std::unique_lock<std::mutex> l(hk_mu_);
+  MutexLock l(&hk_mu_);
   while (!hk_stop_) {
-    hk_cv_.wait_for(l, std::chrono::seconds(1));
+    hk_cv_.WaitFor(&hk_mu_, std::chrono::seconds(1));
     if (hk_stop_) break;
-    l.unlock();
+    hk_mu_.Unlock();  // GC and decay run without it: StopHousekeeping may signal meanwhile
     BucketAllocator::Usage u = buckets_->usage();
     bool short_of_space = u.free * kMovingGcFreeDivisor < u.buckets - u.reserved &&
                           ticks % kMovingGcEverySeconds == 0;  // moving GC's turn
@@ -674,7 +675,7 @@ void CacheSet::Housekeeping() {
     }
     // bcache ages priorities so that LRU means "least recently used".
     if (++ticks % 30 == 0) buckets_->DecayPriorities();
-    l.lock();
+    hk_mu_.Lock();
   }
 }
 

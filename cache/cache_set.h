@@ -33,13 +33,21 @@
 //    the old half is untouched, so a crash at any point recovers one or the
 //    other.
 //
+// Threads: any method from any thread, except CommitAsync (a serving
+// reactor). The set runs the journal thread (JournalLoop) and housekeeping
+// (GC, priority decay); the allocator runs its refill thread.
+// Lock order, outermost first: gc_mu_; ckpt_mu_; the index's (its commit
+// mutex, then shard mutexes; undirty_mu_ is taken under a shard, from the
+// dirty accounting, and nothing under it); the node store's slot map and
+// the allocator's lock (a node allocation under a shard); dev_mu_; gen_mu_;
+// then the Journal's lock, jmu_ and sb_mu_ (each taken under gen_mu_ when a
+// checkpoint switches journals or a gens append finds the journal full).
+// hk_mu_ is a leaf held only around housekeeping's wait.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -81,7 +89,7 @@ class CacheSet {
   // checkpoint the index (root into the superblock), write the bucket
   // table, then the superblock with `clean` set. For a Create()d set it
   // only stops housekeeping.
-  Status Shutdown() EXCLUDES(gen_mu_);
+  Status Shutdown() EXCLUDES(gen_mu_, ckpt_mu_);
 
   bool persistent() const { return persistent_; }
   bool warm() const { return warm_; }
@@ -120,12 +128,12 @@ class CacheSet {
   // durable within journal_delay_ms (or at the next hard commit). For a
   // writeback write's dirty insert, made checked, so that a power cut that
   // kept the entry and lost the data is seen at replay.
-  void CommitAsync(IoDone done, bool soft = false);
+  void CommitAsync(IoDone done, bool soft = false) EXCLUDES(jmu_);
   // The same, synchronously (any thread that is not a serving reactor).
   Status Commit();
   // Writes a checkpoint (see above); serve calls it once the backing devices
   // have their device numbers, so a crash finds them again.
-  Status Checkpoint() EXCLUDES(gen_mu_);
+  Status Checkpoint() EXCLUDES(gen_mu_, ckpt_mu_);
   // A cache-device I/O error (counted, logged). Past io_error_limit the
   // cache is failed: from then on every cached device serves its backing
   // device alone, except that its dirty ranges answer EIO (their only copy
@@ -165,7 +173,7 @@ class CacheSet {
   // Returns the number of stale extents dropped.
   // With `force_moving` (ctl trigger-gc, tests) moving GC runs whatever the
   // free space.
-  Result<uint64_t> RunGc(bool force_moving = false);
+  Result<uint64_t> RunGc(bool force_moving = false) EXCLUDES(gc_mu_);
   uint64_t gc_runs() const { return gc_runs_.load(std::memory_order_relaxed); }
   uint64_t moving_gc_bytes() const { return moving_gc_bytes_.load(std::memory_order_relaxed); }
 
@@ -179,19 +187,20 @@ class CacheSet {
   Status MakeStore(unsigned journal_half);
   ExtentIndex::Options IndexOptions();
   Status PersistGens(const std::vector<std::pair<uint32_t, uint8_t>>& gens) EXCLUDES(gen_mu_);
-  Status CheckpointLocked(bool clean) EXCLUDES(gen_mu_);
+  // Takes ckpt_mu_ (one checkpoint at a time) and writes the checkpoint.
+  Status WriteCheckpoint(bool clean) EXCLUDES(gen_mu_, ckpt_mu_);
   // RunGc's second half (see there); `live` is updated for the moved buckets.
-  Status MovingGc(std::vector<uint32_t>& live, bool force);
+  Status MovingGc(std::vector<uint32_t>& live, bool force) REQUIRES(gc_mu_);
   static constexpr uint64_t kMovingGcFreeDivisor = 4;  // runs while free < 1/4 of the buckets
   static constexpr size_t kMovingGcBuckets = 64;       // buckets emptied per GC
   static constexpr uint64_t kMovingGcEverySeconds = 10;  // housekeeping runs it this often when short
-  void JournalLoop();
+  void JournalLoop() EXCLUDES(jmu_);
   // Runs a commit or checkpoint; on success releases the dirty-byte
   // decrements recorded before it (see IndexOptions' on_dirty).
   Status Durably(const std::function<Status()>& commit);
-  std::vector<std::pair<uint32_t, int64_t>> TakeUndirty();
+  std::vector<std::pair<uint32_t, int64_t>> TakeUndirty() EXCLUDES(undirty_mu_);
   void ReleaseUndirty(const std::vector<std::pair<uint32_t, int64_t>>& taken);
-  void StopJournal();
+  void StopJournal() EXCLUDES(jmu_);
   // Writes sb_ (seq bumped) with `root` (nullptr: keep), clean or not, and
   // the bucket table pointer: flush, write, flush.
   Status WriteSuperblock(const IndexRoot* root, bool clean, uint64_t table_off, uint64_t table_len)
@@ -199,8 +208,8 @@ class CacheSet {
   // Writes sb_ with seq bumped and `change` applied (flush, write, flush).
   Status ChangeSuperblock(const std::function<void(CacheSuperblock&)>& change) EXCLUDES(sb_mu_);
   void StartThreads();  // the allocator's refill thread and housekeeping
-  void StopHousekeeping();
-  void Housekeeping();
+  void StopHousekeeping() EXCLUDES(hk_mu_);
+  void Housekeeping() EXCLUDES(hk_mu_);
 
   BlockDevice* cache_dev_;
   Options o_;
@@ -227,28 +236,28 @@ class CacheSet {
   // Held from exporting the bucket table to switching the journal, and by
   // every gens append: no generation goes to a journal the table missed.
   Mutex gen_mu_;
-  std::mutex ckpt_mu_;  // one checkpoint at a time
+  Mutex ckpt_mu_;  // one checkpoint at a time
   // The journal thread and its waiters (CommitAsync).
   struct CommitWaiter {
     IoDone done;
     Reactor* reactor;
     bool soft;
   };
-  std::mutex jmu_;
-  std::condition_variable jcv_;
-  std::vector<CommitWaiter> waiters_;  // under jmu_
-  bool jstop_ = false;                 // under jmu_
+  Mutex jmu_;
+  CondVar jcv_;
+  std::vector<CommitWaiter> waiters_ GUARDED_BY(jmu_);
+  bool jstop_ GUARDED_BY(jmu_) = false;
   std::thread journal_thread_;
-  std::mutex undirty_mu_;  // leaf lock: taken under index shard locks
-  std::vector<std::pair<uint32_t, int64_t>> undirty_;  // under undirty_mu_
+  Mutex undirty_mu_;  // leaf lock: taken under index shard locks
+  std::vector<std::pair<uint32_t, int64_t>> undirty_ GUARDED_BY(undirty_mu_);
   std::atomic<uint64_t> io_errors_{0};
   std::atomic<uint64_t> moving_gc_bytes_{0};
   std::atomic<bool> failed_{false};
-  std::mutex gc_mu_;  // one GC at a time
+  Mutex gc_mu_;  // one GC at a time
   std::atomic<uint64_t> gc_runs_{0};
-  std::mutex hk_mu_;
-  std::condition_variable hk_cv_;
-  bool hk_stop_ = false;
+  Mutex hk_mu_;
+  CondVar hk_cv_;
+  bool hk_stop_ GUARDED_BY(hk_mu_) = false;
   std::thread hk_;
 };
 

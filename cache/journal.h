@@ -35,6 +35,9 @@
 // Thread safety: every method, from any thread; one mutex serialises them.
 // The I/O is synchronous, through the function given at construction
 // (BucketNodeStore's own I/O thread).
+// Lock order: mu_ is held across that I/O, which takes only its own
+// completion's lock; callers may hold CacheSet::gen_mu_ and what is above
+// it (cache_set.h), and nothing here calls back out.
 #pragma once
 
 #include <cstdint>

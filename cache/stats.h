@@ -12,6 +12,7 @@
 // by readers.
 //
 // Thread safety: Count*() from any thread; Snapshot()/Clear() from any thread.
+// Lock order: mu_ is a leaf, taken by readers only.
 #pragma once
 
 #include <array>

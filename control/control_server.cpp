@@ -87,6 +87,8 @@ struct ControlServer::Job {
   Request request;
   std::string what;
   uint64_t wall0 = 0;
+  // Under the server's work_mu_ (the worker writes them, the poll thread
+  // collects them).
   std::string frames;
   bool finished = false;
 };
@@ -210,14 +212,17 @@ void ControlServer::Stop() {
   }
   if (worker_.joinable()) {
     {
-      std::lock_guard<std::mutex> l(work_mu_);
+      MutexLock l(&work_mu_);
       work_stop_ = true;  // after the command it runs, if any; queued ones are dropped
     }
-    work_cv_.notify_all();
+    work_cv_.SignalAll();
     worker_.join();
   }
   jobs_.clear();
-  queue_.clear();
+  {
+    MutexLock l(&work_mu_);
+    queue_.clear();
+  }
   conns_.clear();
   if (unix_fd_ >= 0) {
     close(unix_fd_);
@@ -271,10 +276,10 @@ void ControlServer::HandleLine(const std::shared_ptr<Conn>& c, const std::string
     c->waiting = true;
     jobs_.push_back(job);
     {
-      std::lock_guard<std::mutex> l(work_mu_);
+      MutexLock l(&work_mu_);
       queue_.push_back(std::move(job));
     }
-    work_cv_.notify_one();
+    work_cv_.Signal();
     return;
   }
   if (!req.ok()) {
@@ -299,21 +304,21 @@ void ControlServer::WorkerLoop() {
   for (;;) {
     std::shared_ptr<Job> job;
     {
-      std::unique_lock<std::mutex> l(work_mu_);
-      work_cv_.wait(l, [this] { return work_stop_ || !queue_.empty(); });
+      MutexLock l(&work_mu_);
+      while (!work_stop_ && queue_.empty()) work_cv_.Wait(&work_mu_);
       if (work_stop_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
     }
     Result<std::string> body = controller_.Execute(job->request, [&](const std::string& p) {
       {
-        std::lock_guard<std::mutex> l(work_mu_);
+        MutexLock l(&work_mu_);
         job->frames += EncodeFrame(FrameKind::kProgress, p);
       }
       wake();
     });
     {
-      std::lock_guard<std::mutex> l(work_mu_);
+      MutexLock l(&work_mu_);
       job->frames += ReplyFrame(body);
       job->finished = true;
     }
@@ -327,7 +332,7 @@ void ControlServer::CollectJobs() {
   }
   std::vector<std::shared_ptr<Conn>> resume;
   {
-    std::lock_guard<std::mutex> l(work_mu_);
+    MutexLock l(&work_mu_);
     for (size_t i = 0; i < jobs_.size();) {
       Job& j = *jobs_[i];
       j.conn->out += j.frames;

@@ -15,20 +15,23 @@
 // wait for them, so replies stay in request order while other clients'
 // statistics reads are answered meanwhile.
 //
-// Thread safety: Start/Stop from the thread that owns the server.
+// Thread safety: Start/Stop from the thread that owns the server. The poll
+// thread and the worker share one lock, work_mu_ (the queue, and each
+// queued job's frames and finished flag); nothing else is taken under it,
+// and the worker runs a command without it, so the command may take any
+// lock of the daemon's.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "control/controller.h"
 #include "util/status.h"
+#include "util/thread_annotations.h"
 
 namespace ubcache::control {
 
@@ -76,14 +79,14 @@ class ControlServer {
   struct Conn;
   struct Job;
   void Loop();
-  void WorkerLoop();
+  void WorkerLoop() EXCLUDES(work_mu_);
   void Accept(int lfd, bool http);
   void OnReadable(const std::shared_ptr<Conn>& c);
   // Runs the connection's buffered requests until one goes to the worker.
   void RunLines(const std::shared_ptr<Conn>& c);
-  void HandleLine(const std::shared_ptr<Conn>& c, const std::string& line);
+  void HandleLine(const std::shared_ptr<Conn>& c, const std::string& line) EXCLUDES(work_mu_);
   // Moves the worker's frames to their connections; resumes finished ones.
-  void CollectJobs();
+  void CollectJobs() EXCLUDES(work_mu_);
   void HandleHttp(Conn& c);
   bool Flush(Conn& c);  // false: the connection is broken
   // Logs requests slower than 5 ms (`what` names them).
@@ -102,10 +105,10 @@ class ControlServer {
   Timing timing_;                             // control thread only
   std::thread thread_;
   // The worker's queue.
-  std::mutex work_mu_;
-  std::condition_variable work_cv_;
-  std::deque<std::shared_ptr<Job>> queue_;  // guarded by work_mu_
-  bool work_stop_ = false;                  // guarded by work_mu_
+  Mutex work_mu_;
+  CondVar work_cv_;
+  std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(work_mu_);
+  bool work_stop_ GUARDED_BY(work_mu_) = false;
   std::thread worker_;
 };
 
