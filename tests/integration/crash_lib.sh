@@ -34,6 +34,17 @@
 #     SIGTERM, a restart that must be warm and pass the warm check (so the
 #     check can pass), a last verify.
 #
+# Watchdog: every step that waits on the daemon (prefill, warm check, verify,
+# ctl, kill-on, the last writer run) runs under crash_guard: once a second the
+# daemon must answer a `ctl show` within CRASH_WATCHDOG_CTL_S and its answered
+# requests or written-back bytes must have moved; CRASH_WATCHDOG_S seconds in
+# a row without both, the watchdog writes every thread's stack of the daemon
+# (gdb `thread apply all bt`, with each thread's state and wait channel) into
+# the test log and fails. A start or a SIGTERM that does not finish in time
+# dumps them too (lib.sh's on_hang). So a hang is reported with its cause,
+# not as ctest's timeout. 129-crash-watchdog.sh proves it fires
+# (CRASH_WATCHDOG_SELFCHECK: the daemon is SIGSTOPped under a guarded ctl).
+#
 # Warm check: before the verify (whose whole-region read would fill any
 # cache), up to CRASH_WARM_BLOCKS blocks whose last write before the kill was durable
 # are read with 4 KiB reads; stats_total/cache_hits must grow by at least
@@ -67,6 +78,11 @@
 #                       block mix, sector by sector, writes it may hold
 #                       [512 with drop_unflushed, else 4096]
 #   CRASH_SELFTEST=0    skip step 0
+#   CRASH_WATCHDOG_S    seconds without the daemon answering or progressing
+#                       before the watchdog dumps its stacks and fails [60]
+#   CRASH_WATCHDOG_CTL_S  how long one ctl probe may take [10]
+#   CRASH_WATCHDOG_SELFCHECK=1  instead of the cycles: SIGSTOP the daemon under
+#                       a guarded ctl; the watchdog must fire with its stacks
 #   CRASH_BACKING       sas: a backing file behind the SAS model [sas];
 #                       rbd: an RBD image on a one-node Ceph cluster that the
 #                       run starts (tests/ceph/cluster.sh, a 5 s watch
@@ -91,6 +107,9 @@ CRASH_KNOBS=${CRASH_KNOBS:-journal_delay_ms=5}
 CRASH_ACKED_DURABLE=${CRASH_ACKED_DURABLE:-$((CRASH_POWERCUT ? 0 : 1))}
 CRASH_FAULT=${CRASH_FAULT:-tear_unflushed=1}
 CRASH_SELFTEST=${CRASH_SELFTEST:-1}
+CRASH_WATCHDOG_S=${CRASH_WATCHDOG_S:-60}
+CRASH_WATCHDOG_CTL_S=${CRASH_WATCHDOG_CTL_S:-10}
+CRASH_WATCHDOG_SELFCHECK=${CRASH_WATCHDOG_SELFCHECK:-0}
 # drop_unflushed keeps and flushes a device's logical blocks (512 bytes on
 # most files) one by one: a cut in the middle of its flush tears a 4 KiB
 # block at 512 bytes. tear_unflushed decides per 4 KiB sector.
@@ -115,6 +134,90 @@ on_exit '[[ -z $WRITER_PID ]] || kill -KILL "$WRITER_PID"'
 # rand MIN MAX — an integer in [MIN, MAX], from bash's seeded RANDOM.
 rand() { echo $(($1 + (RANDOM * 32768 + RANDOM) % ($2 - $1 + 1))); }
 ms_to_s() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
+
+# ---- the watchdog ----
+STACK_DUMPS=0
+# The harness's own stderr: the watchdog reports there even from a step
+# whose stderr goes to a file.
+exec {CRASH_ERR}>&2
+# crash_stacks WHY — every thread of the running daemon: state and wait
+# channel from /proc, then its stack from gdb; into $WORK/stacks.N.txt and
+# the test log.
+crash_stacks() {
+  local pid=$SERVER_PID out t
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || { log "watchdog: $1 (no daemon running to dump)"; return 0; }
+  STACK_DUMPS=$((STACK_DUMPS + 1))
+  out=$WORK/stacks.$STACK_DUMPS.txt
+  {
+    echo "==== watchdog: $1 — daemon pid $pid, every thread ===="
+    for t in /proc/"$pid"/task/*; do
+      echo "thread ${t##*/} $(cat "$t/comm" 2>/dev/null): state $(sed 's/.*) //' "$t/stat" 2>/dev/null | cut -d' ' -f1)," \
+        "waiting in $(cat "$t/wchan" 2>/dev/null || echo '?')"
+    done
+    timeout 120 gdb -p "$pid" -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' 2>&1 |
+      grep -vE '^\[(New LWP|Thread debugging|Inferior)|^Using host libthread_db' || echo "(gdb failed)"
+    echo "==== end of the daemon's stacks ===="
+  } >"$out" 2>&1
+  cat "$out" >&"$CRASH_ERR"
+}
+on_hang() { crash_stacks "$1"; }
+
+# crash_progress — the daemon's answered requests and written-back bytes, or
+# nothing (status 1) when it does not answer within CRASH_WATCHDOG_CTL_S.
+crash_progress() {
+  local out
+  out=$(timeout "$CRASH_WATCHDOG_CTL_S" "$UBCACHE" ctl --control "$CTL_SOCK" show 2>/dev/null) || return 1
+  grep -E '(requests/|writeback_written)' <<<"$out" | tr -s ' \n' ' '
+}
+
+# crash_guard WHAT CMD... — runs CMD, which waits on the daemon, under the
+# watchdog (see the header); returns CMD's status.
+crash_guard() {
+  local what=$1
+  shift
+  "$@" &
+  local pid=$! last="" cur since=$SECONDS next=$((SECONDS + 1)) rc=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.02
+    ((SECONDS >= next)) || continue
+    cur=$(crash_progress) || cur=""
+    kill -0 "$pid" 2>/dev/null || break
+    if [[ -n $cur && $cur != "$last" ]]; then
+      since=$SECONDS
+      last=$cur
+    elif ((SECONDS - since >= CRASH_WATCHDOG_S)); then
+      local why="the daemon ${cur:+answered ctl but }made no progress${cur:- and did not answer ctl within ${CRASH_WATCHDOG_CTL_S} s} for $((SECONDS - since)) s during: $what"
+      crash_stacks "$why"
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      fail "watchdog: $why (stacks above and in $WORK/stacks.$STACK_DUMPS.txt)" 2>&"$CRASH_ERR"
+    fi
+    next=$((SECONDS + 1))
+  done
+  wait "$pid" || rc=$?
+  return $rc
+}
+gctl() { crash_guard "ctl $*" ctl "$@"; }
+gcw() { crash_guard "crash_writer.py $1" cw "$@"; }
+
+# crash_watchdog_selfcheck — the watchdog must fire on a daemon that stops:
+# SIGSTOP, a guarded ctl, and the dump must hold the daemon's threads.
+crash_watchdog_selfcheck() {
+  local out=$WORK/watchdog-selfcheck.log rc=0
+  kill -STOP "$SERVER_PID"
+  (CRASH_ERR=2 CRASH_WATCHDOG_S=3 crash_guard "selfcheck: ctl get requests/read of a SIGSTOPped daemon" \
+    ctl get requests/read) >"$out" 2>&1 || rc=$?
+  kill -CONT "$SERVER_PID"
+  cat "$out" >&2
+  ((rc != 0)) || fail "watchdog selfcheck: a guarded ctl of a stopped daemon succeeded: $(cat "$out")"
+  grep -q "FAIL: .*watchdog: the daemon made no progress and did not answer ctl" "$out" &&
+    grep -qE "^thread [0-9]+ ub-journal: state T" "$out" &&
+    grep -qE "^Thread [0-9]+ .*\(LWP [0-9]+\)" "$out" &&
+    grep -qE "^#[0-9]+ .* in ubcache::" "$out" ||
+    fail "watchdog selfcheck: no failure with the daemon's stacks (journal thread stopped, gdb frames in ubcache::): $(head -c 4000 "$out")"
+  log "watchdog selfcheck: fired on the SIGSTOPped daemon in $(grep -oE 'for [0-9]+ s' "$out" | head -n 1), " \
+    "$(grep -cE '^Thread [0-9]+ ' "$out") thread stacks dumped"
+}
 
 # ---- step 0: the checker can fail ----
 crash_selftest() {
@@ -219,7 +322,7 @@ crash_serve() {
     --control "$CTL_SOCK" --congested-read-threshold-us 0 --congested-write-threshold-us 0 "${SERVE_FLAGS[@]}"
   local kv
   for kv in "${CTL_KNOBS[@]}" "$@"; do
-    ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "ctl set ${kv%%=*} ${kv#*=} failed"
+    gctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "ctl set ${kv%%=*} ${kv#*=} failed"
   done
 }
 
@@ -246,7 +349,7 @@ crash_cycle() {
   MODE_COUNT[$mode]=$((${MODE_COUNT[$mode]:-0} + 1))
   if [[ $mode == writeback ]]; then
     for kv in "${WB_KNOBS[@]}"; do
-      ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "cycle $i: ctl set $kv failed"
+      gctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "cycle $i: ctl set $kv failed"
     done
   fi
   local ready=$WORK/ready.$i wlog=$WORK/writer.$i.log
@@ -258,7 +361,10 @@ crash_cycle() {
   local deadline=$((SECONDS + 20))
   until [[ -e $ready ]]; do
     kill -0 "$wpid" 2>/dev/null || fail "cycle $i: the writer exited before connecting: $(cat "$wlog")"
-    ((SECONDS < deadline)) || fail "cycle $i: the writer did not connect in 20 s"
+    if ((SECONDS >= deadline)); then
+      crash_stacks "cycle $i: the writer did not connect in 20 s"
+      fail "cycle $i: the writer did not connect in 20 s"
+    fi
     sleep 0.02
   done
   server_alive "cycle $i, writer connected"
@@ -275,7 +381,7 @@ crash_cycle() {
     commit | checkpoint)
       sleep "$(ms_to_s $((delay / 3)))"
       server_alive "cycle $i, before kill-on"
-      note=$(cw kill-on "$mode" --pid "$SERVER_PID" --control "$CTL_SOCK" --timeout 2 --seed $((CRASH_SEED + i)) 2>&1) ||
+      note=$(crash_guard "kill-on $mode" cw kill-on "$mode" --pid "$SERVER_PID" --control "$CTL_SOCK" --timeout 2 --seed $((CRASH_SEED + i)) 2>&1) ||
         fail "cycle $i: kill-on: $note"
       kill_server
       ;;
@@ -299,7 +405,7 @@ crash_cycle() {
   start=$(startup_note)
   crash_warm_check "$i"
   local vlog=$WORK/verify.$i.log
-  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
+  gcw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
     $([[ ${CRASH_NARROW:-1} == 0 ]] && echo --no-narrow) \
     $([[ $CRASH_ACKED_DURABLE == 1 ]] && echo --acked-durable) >"$vlog" 2>&1 ||
     fail "cycle $i ($mode, killed after ${ran} ms): verify failed:
@@ -318,11 +424,11 @@ $(cat "$vlog")
 # counter must grow (sets WARM_NOTE).
 crash_warm_check() {
   local h0 h1 n
-  h0=$(ctl get stats_total/cache_hits) || fail "cycle $1: ctl get stats_total/cache_hits"
-  n=$(cw warm-read "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS -n "$CRASH_WARM_BLOCKS" \
+  h0=$(gctl get stats_total/cache_hits) || fail "cycle $1: ctl get stats_total/cache_hits"
+  n=$(gcw warm-read "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS -n "$CRASH_WARM_BLOCKS" \
     --seed "$1") ||
     fail "cycle $1: warm-read failed"
-  h1=$(ctl get stats_total/cache_hits) || fail "cycle $1: ctl get stats_total/cache_hits"
+  h1=$(gctl get stats_total/cache_hits) || fail "cycle $1: ctl get stats_total/cache_hits"
   if ((n == 0)); then
     WARM_NOTE="warm: nothing durable to read"
     return
@@ -337,10 +443,15 @@ crash_warm_check() {
 
 crash_main() {
   local t_start=$SECONDS
-  if ((CRASH_SELFTEST)); then crash_selftest; fi
+  if ((CRASH_SELFTEST && !CRASH_WATCHDOG_SELFCHECK)); then crash_selftest; fi
   crash_setup
   crash_serve
-  cw prefill "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS || fail "prefill failed"
+  if ((CRASH_WATCHDOG_SELFCHECK)); then
+    crash_watchdog_selfcheck
+    kill_server
+    return
+  fi
+  gcw prefill "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS || fail "prefill failed"
   local t_cycles=$SECONDS i
   for ((i = 1; i <= CRASH_CYCLES; i++)); do crash_cycle "$i"; done
   local per_cycle
@@ -349,7 +460,7 @@ crash_main() {
   # The control: one more writer run that ends by itself (with a FLUSH),
   # a clean stop and a restart, which is warm — and the warm check must
   # say so, or a cold result after kill -9 would prove nothing.
-  cw write "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS --seed $((CRASH_SEED * 1000)) --rate "$CRASH_RATE" \
+  gcw write "$(nbd_uri)" --log "$CLOG" --blocks $BLOCKS --seed $((CRASH_SEED * 1000)) --rate "$CRASH_RATE" \
     --state "$CSTATE" --sector "$CRASH_SECTOR" --duration 1 2>"$WORK/writer.final.log" || fail "the last writer run failed: $(cat "$WORK/writer.final.log")"
   stop_server
   crash_serve
@@ -359,7 +470,7 @@ crash_main() {
   [[ $WARM_NOTE != *COLD* && $WARM_NOTE != *nothing* ]] ||
     fail "the warm check failed after a clean (warm) restart: $WARM_NOTE"
   WARM_CHECKED=$((WARM_CHECKED - 1))  # the control is not one of the cycles
-  cw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
+  gcw verify "$(nbd_uri)" --log "$CLOG" --state "$CSTATE" --blocks $BLOCKS --sector "$CRASH_SECTOR" \
     $([[ $CRASH_ACKED_DURABLE == 1 ]] && echo --acked-durable) >"$WORK/verify.final.log" 2>&1 ||
     fail "verify after the clean restart failed: $(cat "$WORK/verify.final.log")"
   stop_server

@@ -19,6 +19,10 @@
 #   on_exit CMD          run CMD (eval'd) at exit, most recent first
 #   nbd_uri [EXPORT]     nbd+unix URI for $SOCK
 #   ctl ARGS             `ubcache ctl --control $CTL_SOCK ARGS`
+#   on_hang              if a script defines it: called with a message, the
+#                        server still running, when start_server or
+#                        stop_server gives up waiting on it (crash_lib.sh
+#                        dumps the daemon's stacks there)
 set -euo pipefail
 
 # Debian's tools first: nbdsh needs the python3 that has python3-libnbd, not
@@ -113,10 +117,15 @@ start_server() {
       SERVER_PID=""
       fail "server exited with status $rc before creating $SERVER_SOCK (args: $*)"
     fi
-    ((SECONDS < deadline)) || fail "server did not create $SERVER_SOCK within ${START_TIMEOUT}s"
+    if ((SECONDS >= deadline)); then
+      _hang "server did not create $SERVER_SOCK within ${START_TIMEOUT}s"
+      fail "server did not create $SERVER_SOCK within ${START_TIMEOUT}s"
+    fi
     sleep 0.05
   done
 }
+
+_hang() { if declare -F on_hang >/dev/null; then on_hang "$1"; fi; }
 
 server_alive() {
   [[ -n $SERVER_PID ]] || fail "server_alive: no server started"
@@ -137,6 +146,7 @@ stop_server() {
   local deadline=$((SECONDS + STOP_TIMEOUT))
   while kill -0 "$SERVER_PID" 2>/dev/null; do
     if ((SECONDS >= deadline)); then
+      _hang "server did not exit within ${STOP_TIMEOUT}s of SIG$sig"
       kill -KILL "$SERVER_PID" 2>/dev/null || true
       wait "$SERVER_PID" 2>/dev/null || true
       SERVER_PID=""
