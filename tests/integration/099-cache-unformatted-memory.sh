@@ -32,13 +32,18 @@ extents=$(ctl get internal/btree_extents) || fail "ctl get internal/btree_extent
 ((extents >= 65536)) || fail "after writing 64 Ki blocks the index holds $extents extents"
 
 log "60 s of 4 KiB random writes, RSS sampled every 5 s"
-fio_run sustained --time_based --runtime=60 &
+# fio runs a little longer than the samples span, so every one is taken
+# under writes.
+fio_run sustained --time_based --runtime=66 &
 fio_pid=$!
 on_exit "kill $fio_pid"
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
 rss=() wr=() t=()
+t0=$(now_ms)
 for i in $(seq 0 12); do
-  ((i == 0)) || sleep 5
-  kill -0 "$fio_pid" 2>/dev/null || ((i == 12)) || fail "fio ended before 60 s: $(cat "$WORK/fio.sustained.err")"
+  wait_ms=$((t0 + i * 5000 - $(now_ms)))
+  ((wait_ms <= 0)) || sleep "$((wait_ms / 1000)).$(printf '%03d' $((wait_ms % 1000)))"
+  kill -0 "$fio_pid" 2>/dev/null || fail "fio ended before the sample at $((i * 5)) s: $(cat "$WORK/fio.sustained.err")"
   rss+=("$(rss_kib)") wr+=("$(writes)") t+=("$((i * 5))")
 done
 wait "$fio_pid" || fail "fio sustained: $(tail -5 "$WORK/fio.sustained.err")"

@@ -188,7 +188,8 @@ crash_guard() {
     elif ((SECONDS - since >= CRASH_WATCHDOG_S)); then
       local why="the daemon ${cur:+answered ctl but }made no progress${cur:- and did not answer ctl within ${CRASH_WATCHDOG_CTL_S} s} for $((SECONDS - since)) s during: $what"
       crash_stacks "$why"
-      kill -KILL "$pid" 2>/dev/null || true
+      # CMD runs in a subshell when it is a function (ctl, cw): its child too.
+      kill -KILL $(pgrep -P "$pid") "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
       fail "watchdog: $why (stacks above and in $WORK/stacks.$STACK_DUMPS.txt)" 2>&"$CRASH_ERR"
     fi
@@ -205,7 +206,7 @@ gcw() { crash_guard "crash_writer.py $1" cw "$@"; }
 crash_watchdog_selfcheck() {
   local out=$WORK/watchdog-selfcheck.log rc=0
   kill -STOP "$SERVER_PID"
-  (CRASH_ERR=2 CRASH_WATCHDOG_S=3 crash_guard "selfcheck: ctl get requests/read of a SIGSTOPped daemon" \
+  (CRASH_ERR=2 CRASH_WATCHDOG_S=3 CRASH_WATCHDOG_CTL_S=2 crash_guard "selfcheck: ctl get requests/read of a SIGSTOPped daemon" \
     ctl get requests/read) >"$out" 2>&1 || rc=$?
   kill -CONT "$SERVER_PID"
   cat "$out" >&2
@@ -215,7 +216,7 @@ crash_watchdog_selfcheck() {
     grep -qE "^Thread [0-9]+ .*\(LWP [0-9]+\)" "$out" &&
     grep -qE "^#[0-9]+ .* in ubcache::" "$out" ||
     fail "watchdog selfcheck: no failure with the daemon's stacks (journal thread stopped, gdb frames in ubcache::): $(head -c 4000 "$out")"
-  log "watchdog selfcheck: fired on the SIGSTOPped daemon in $(grep -oE 'for [0-9]+ s' "$out" | head -n 1), " \
+  log "watchdog selfcheck: fired on the SIGSTOPped daemon after $(grep -oE 'for [0-9]+ s' "$out" | head -n 1 | tr -dc 0-9) s;" \
     "$(grep -cE '^Thread [0-9]+ ' "$out") thread stacks dumped"
 }
 
