@@ -245,6 +245,14 @@ crash_selftest() {
   cw write "$uri" --log "$rlog" --blocks $n --seed "$CRASH_SEED" --rate 2000 --ready "$WORK/ref.ready" \
     2>"$WORK/ref.writer.log" &
   WRITER_PID=$!
+  # Connected first: on a loaded machine the writer's start alone can take
+  # longer than the second it is given to write.
+  local deadline=$((SECONDS + 20))
+  until [[ -e $WORK/ref.ready ]]; do
+    kill -0 "$WRITER_PID" 2>/dev/null || fail "selftest: the writer exited before connecting to nbdkit: $(cat "$WORK/ref.writer.log")"
+    ((SECONDS < deadline)) || fail "selftest: the writer did not connect to nbdkit in 20 s"
+    sleep 0.02
+  done
   sleep 1
   _crash_ref_kill
   local rc=0
