@@ -3,6 +3,8 @@
 
 #include <cassert>
 
+#include "util/size.h"
+
 namespace ubcache {
 
 const char* IoOpName(IoOp op) {
@@ -23,8 +25,9 @@ Status BlockDevice::Validate(const IoRequest& req) const {
            std::to_string(req.len);
   };
   if (req.len == 0) return Status::InvalidArgument(where() + ": zero length");
-  if (req.offset > size_ || req.len > size_ - req.offset)
-    return Status::NoSpace(where() + ": past the end (" + std::to_string(size_) + " bytes)");
+  const uint64_t size = this->size();  // once: Grow may change it meanwhile
+  if (req.offset > size || req.len > size - req.offset)
+    return Status::NoSpace(where() + ": past the end (" + std::to_string(size) + " bytes)");
   if (req.offset % block_size_ != 0 || req.len % block_size_ != 0)
     return Status::InvalidArgument(where() + ": not aligned to " + std::to_string(block_size_) +
                                    " bytes");
@@ -53,6 +56,17 @@ void BlockDevice::Prefetch(uint64_t offset, uint64_t len, IoDone done) {
     return;
   }
   DoPrefetch(offset, len, std::move(done));
+}
+
+Status BlockDevice::SetGrownSize(uint64_t new_size) {
+  uint64_t old = size();
+  if (new_size < old)
+    return Status::InvalidArgument(spec_ + ": would shrink from " + FormatSize(old) + " to " + FormatSize(new_size) +
+                                   " (" + std::to_string(old) + " to " + std::to_string(new_size) +
+                                   " bytes); shrinking is not supported: data past the new end may be dirty "
+                                   "in the cache");
+  size_.store(new_size, std::memory_order_release);
+  return Status::OK();
 }
 
 void BlockDevice::CompleteLater(IoDone done, Status st) {

@@ -10,11 +10,14 @@
 // callers may submit while holding their own per-request state.
 //
 // Thread safety: a device may be shared by many reactor threads; each
-// implementation documents what it locks. Buffers belong to the caller until
+// implementation documents what it locks. The size may grow while requests
+// run (Grow, from a control thread): it is one atomic word, and a request is
+// checked against the size it read once. Buffers belong to the caller until
 // the completion runs; reads and writes need buffers aligned to
 // logical_block_size() (AlignedBuffer gives 4 KiB).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,7 +59,7 @@ class BlockDevice {
  public:
   virtual ~BlockDevice() = default;
 
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return size_.load(std::memory_order_acquire); }
   uint32_t logical_block_size() const { return block_size_; }
   bool read_only() const { return read_only_; }
   // The spec it was opened from ("sas:/data/backing.img").
@@ -106,6 +109,25 @@ class BlockDevice {
   using FenceHandler = std::function<void(const std::string& why)>;
   virtual void SetFenceHandler(FenceHandler on_fence) {}
 
+  // Online growth (ctl resize, an rbd: image resized by its owner): takes
+  // the size the storage below has now and returns it. A device stack grows
+  // from the bottom up — each layer grows the one below first, then takes
+  // its own new size from it — so a request that saw a layer's new size
+  // finds every layer under it grown too. A smaller size is refused with
+  // kInvalidArgument and nothing changes: data past the new end may still be
+  // dirty in a cache above. Devices whose size cannot change (mem:, nbd:,
+  // whose size is the remote's at connect) keep theirs and return it.
+  // Callers serialize Grow calls; requests may run meanwhile.
+  virtual Result<uint64_t> Grow() { return size(); }
+
+  // Growth, for devices that follow their storage on their own (rbd:'s
+  // image watch): the device calls `on_resize` from a thread of its own
+  // when the storage's size changed; the handler then grows the whole stack
+  // (the same path as ctl resize). Setting an empty function waits for a
+  // call in progress. Devices that never notice a change never call it.
+  using ResizeHandler = std::function<void()>;
+  virtual void SetResizeHandler(ResizeHandler on_resize) {}
+
  protected:
   BlockDevice(std::string spec, uint64_t size, uint32_t block_size, bool read_only)
       : spec_(std::move(spec)), size_(size), block_size_(block_size), read_only_(read_only) {}
@@ -120,8 +142,13 @@ class BlockDevice {
   // Delivers `st` to `done` on the current reactor after the caller returns.
   static void CompleteLater(IoDone done, Status st);
 
+  // Takes `new_size` unless it is smaller than the current size (then
+  // kInvalidArgument naming both, and the size stays): the one place a
+  // device's size changes after construction.
+  Status SetGrownSize(uint64_t new_size);
+
   std::string spec_;
-  uint64_t size_;
+  std::atomic<uint64_t> size_;
   uint32_t block_size_;
   bool read_only_;
 };

@@ -202,6 +202,12 @@ std::string DeadlineScheduler::Describe() const {
 
 bool DeadlineScheduler::rotational() const { return state_->lower->rotational(); }
 
+Result<uint64_t> DeadlineScheduler::Grow() {
+  UB_ASSIGN_OR_RETURN(uint64_t lower, state_->lower->Grow());
+  UB_RETURN_IF_ERROR(SetGrownSize(lower));
+  return lower;
+}
+
 DeadlineScheduler::Stats DeadlineScheduler::stats() const {
   MutexLock l(&state_->mu);
   Stats s = state_->stats;

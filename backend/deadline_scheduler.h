@@ -75,6 +75,7 @@ class DeadlineScheduler final : public BlockDevice {
 
   std::string Describe() const override;
   bool rotational() const override;
+  Result<uint64_t> Grow() override;
   Stats stats() const;
   const Options& options() const { return opts_; }
 

@@ -70,6 +70,13 @@ class FaultDevice final : public BlockDevice {
   FaultDevice(std::string spec, std::unique_ptr<BlockDevice> lower, FaultConfig config);
   std::string Describe() const override;
   bool rotational() const override { return lower_->rotational(); }
+  Result<uint64_t> Grow() override {
+    UB_ASSIGN_OR_RETURN(uint64_t lower, lower_->Grow());
+    UB_RETURN_IF_ERROR(SetGrownSize(lower));
+    return lower;
+  }
+  void SetResizeHandler(ResizeHandler on_resize) override { lower_->SetResizeHandler(std::move(on_resize)); }
+  void SetFenceHandler(FenceHandler on_fence) override { lower_->SetFenceHandler(std::move(on_fence)); }
 
   void SetConfig(FaultConfig config) EXCLUDES(mu_);
   FaultConfig config() const EXCLUDES(mu_);

@@ -28,7 +28,7 @@ MemDevice::~MemDevice() {
   for (uint64_t i = 0; i < nchunks_; i++) std::free(chunks_[i].load(std::memory_order_relaxed));
 }
 
-std::string MemDevice::Describe() const { return spec_ + " (RAM, " + FormatSize(size_) + ")"; }
+std::string MemDevice::Describe() const { return spec_ + " (RAM, " + FormatSize(size()) + ")"; }
 
 uint8_t* MemDevice::Chunk(uint64_t index, bool create) {
   uint8_t* c = chunks_[index].load(std::memory_order_acquire);

@@ -24,6 +24,16 @@ class ModelDevice final : public BlockDevice {
   ModelDevice(std::string spec, std::unique_ptr<BlockDevice> lower, SpindleParams params);
   std::string Describe() const override;
   bool rotational() const override { return true; }
+  // The seek model keeps the geometry it was made with: distances past the
+  // old end cost a full stroke, which is what a grown spindle's outer part
+  // would cost anyway.
+  Result<uint64_t> Grow() override {
+    UB_ASSIGN_OR_RETURN(uint64_t lower, lower_->Grow());
+    UB_RETURN_IF_ERROR(SetGrownSize(lower));
+    return lower;
+  }
+  void SetResizeHandler(ResizeHandler on_resize) override { lower_->SetResizeHandler(std::move(on_resize)); }
+  void SetFenceHandler(FenceHandler on_fence) override { lower_->SetFenceHandler(std::move(on_fence)); }
   const SpindleParams& params() const { return params_; }
 
  protected:

@@ -170,7 +170,7 @@ NbdDevice::~NbdDevice() {
 }
 
 std::string NbdDevice::Describe() const {
-  return spec_ + " (NBD export, " + FormatSize(size_) + (caps_.multi_conn ? ", multi-conn" : "") +
+  return spec_ + " (NBD export, " + FormatSize(size()) + (caps_.multi_conn ? ", multi-conn" : "") +
          ")";
 }
 

@@ -16,6 +16,11 @@ class OffsetDevice final : public BlockDevice {
         lower_(lower),
         offset_(offset) {}
   bool rotational() const override { return lower_->rotational(); }
+  Result<uint64_t> Grow() override {
+    UB_ASSIGN_OR_RETURN(uint64_t lower, lower_->Grow());
+    UB_RETURN_IF_ERROR(SetGrownSize(lower > offset_ ? lower - offset_ : 0));
+    return size();
+  }
   std::string Describe() const override {
     return lower_->Describe() + " from byte " + std::to_string(offset_);
   }

@@ -267,12 +267,20 @@ Result<std::unique_ptr<RbdDevice>> RbdDevice::Open(const std::string& spec, cons
   }
   size -= size % 512;
   std::unique_ptr<RbdDevice> dev(new RbdDevice(spec, rbd, size, opts.read_only, cluster, io, image, efd));
+  dev->last_seen_size_ = size;
   if (!opts.read_only) {
     auto owners = LockOwners(image);
     if (owners && !owners->empty()) dev->lock_owner_ = owners->front();
     RememberOpen(image, true);
-    dev->watch_ = std::thread([d = dev.get()] { d->WatchOwnership(); });
   }
+  // The thread's first turn reads the size once more (header_updated_), so
+  // a resize between the reading above and the watch's start is not missed.
+  if ((r = rbd_update_watch(image, &dev->update_watch_, &RbdDevice::HeaderUpdated, dev.get())) < 0)
+    UB_WARN("{}: rbd_update_watch: {}; a resize of the image needs `ubcache ctl resize`", spec, strerror(-r));
+  else
+    dev->update_watched_ = true;
+  dev->header_updated_ = true;
+  dev->watch_ = std::thread([d = dev.get()] { d->WatchImage(); });
   return dev;
 }
 
@@ -286,6 +294,8 @@ RbdDevice::RbdDevice(std::string spec, RbdSpec rbd, uint64_t size, bool read_onl
       event_fd_(event_fd) {}
 
 RbdDevice::~RbdDevice() {
+  // No callback into a device being destroyed: unwatch waits for one running.
+  if (update_watched_) (void)rbd_update_unwatch(static_cast<rbd_image_t>(image_), update_watch_);
   if (watch_.joinable()) {
     {
       std::lock_guard<std::mutex> l(watch_mu_);
@@ -311,7 +321,7 @@ RbdDevice::~RbdDevice() {
 }
 
 std::string RbdDevice::Describe() const {
-  return spec_ + " (RBD image " + rbd_.pool + "/" + rbd_.image + ", " + FormatSize(size_) + ")";
+  return spec_ + " (RBD image " + rbd_.pool + "/" + rbd_.image + ", " + FormatSize(size()) + ")";
 }
 
 RbdDevice::Waiter& RbdDevice::WaiterFor(Reactor* r) {
@@ -340,19 +350,64 @@ void RbdDevice::SetFenceHandler(FenceHandler on_fence) {
   on_fence_ = std::move(on_fence);
 }
 
-void RbdDevice::WatchOwnership() {
-  SetThreadName("ub-rbd-owner");
+void RbdDevice::SetResizeHandler(ResizeHandler on_resize) {
+  std::lock_guard<std::mutex> l(handler_mu_);
+  on_resize_ = std::move(on_resize);
+}
+
+Result<uint64_t> RbdDevice::Grow() {
+  uint64_t size = 0;
+  int r = rbd_get_size(static_cast<rbd_image_t>(image_), &size);
+  if (r < 0) return RadosError(spec_, "size", r);
+  size -= size % logical_block_size();
+  UB_RETURN_IF_ERROR(SetGrownSize(size));
+  return size;
+}
+
+void RbdDevice::HeaderUpdated(void* self) {
+  auto* d = static_cast<RbdDevice*>(self);
+  {
+    std::lock_guard<std::mutex> l(d->watch_mu_);
+    d->header_updated_ = true;
+  }
+  d->watch_cv_.notify_all();
+}
+
+void RbdDevice::CheckSize() {
+  uint64_t size = 0;
+  int r = rbd_get_size(static_cast<rbd_image_t>(image_), &size);
+  if (r < 0) {
+    UB_WARN("{}: cannot read the image's size after an update: {}", spec_, strerror(-r));
+    return;
+  }
+  size -= size % logical_block_size();
+  // Header updates come for other changes too (locks, snapshots): only a
+  // new size is acted on, and only once.
+  if (size == last_seen_size_) return;
+  UB_INFO("{}: the image was resized from {} to {}", spec_, FormatSize(last_seen_size_), FormatSize(size));
+  last_seen_size_ = size;
+  std::lock_guard<std::mutex> l(handler_mu_);
+  if (on_resize_) on_resize_();
+}
+
+void RbdDevice::WatchImage() {
+  SetThreadName(read_only_ ? "ub-rbd-size" : "ub-rbd-owner");
   int strikes = 0;
   std::unique_lock<std::mutex> l(watch_mu_);
   while (!watch_stop_) {
-    watch_cv_.wait_for(l, std::chrono::milliseconds(kOwnershipCheckMs), [this] { return watch_stop_ || check_now_; });
+    watch_cv_.wait_for(l, std::chrono::milliseconds(kOwnershipCheckMs),
+                       [this] { return watch_stop_ || check_now_ || header_updated_; });
     if (watch_stop_) return;
-    check_now_ = false;
+    bool size_check = header_updated_;
+    check_now_ = header_updated_ = false;
     l.unlock();
-    std::string lost = CheckOwnership(strikes);
-    if (!lost.empty()) {
-      Fence(lost);
-      return;
+    if (size_check && !fenced_.load(std::memory_order_acquire)) CheckSize();
+    if (!read_only_) {
+      std::string lost = CheckOwnership(strikes);
+      if (!lost.empty()) {
+        Fence(lost);
+        return;
+      }
     }
     l.lock();
   }

@@ -35,6 +35,15 @@
 // is Ceph's own fence, and why breaking a lock without blocklisting
 // (rbd_blocklist_on_break_lock false) is unsafe with any client.
 //
+// Growth: the image's header watch (rbd_update_watch) tells us when
+// another client changed the image (`rbd resize` on any host); the watch
+// thread then reads the size again and, when it grew, calls the resize
+// handler, which grows the device stack above (BlockDevice::Grow; serve
+// points it at the same path as `ctl resize`). A read-only open has the
+// thread for this alone. librbd calls the watch callback on its own thread,
+// where a call back into librbd could wait on that thread: the callback
+// only wakes ours.
+//
 // Lifetime: destroy the device only when no reactor will run again with
 // polls for it outstanding (after the reactors stop), like NbdDevice.
 #pragma once
@@ -74,6 +83,8 @@ class RbdDevice final : public BlockDevice {
   ~RbdDevice() override;
   std::string Describe() const override;
   void SetFenceHandler(FenceHandler on_fence) override;
+  Result<uint64_t> Grow() override;
+  void SetResizeHandler(ResizeHandler on_resize) override;
 
   static constexpr unsigned kOwnershipCheckMs = 1000;
 
@@ -89,8 +100,12 @@ class RbdDevice final : public BlockDevice {
   void Reap();
   void Finish(Op* op);  // on the op's reactor
   Waiter& WaiterFor(Reactor* r);
-  // The ownership watch (read-write opens; see the top).
-  void WatchOwnership();
+  // The watch thread: ownership (read-write opens) and size (see the top).
+  void WatchImage();
+  // librbd's header-update callback: wakes the watch thread.
+  static void HeaderUpdated(void* self);
+  // The image's size changed since the last look: run the resize handler.
+  void CheckSize();
   // Why the image is no longer ours, or "" while it is (or the cluster
   // cannot say: an outage is not a fence). `strikes` counts checks running
   // that found the lock in other hands.
@@ -114,8 +129,13 @@ class RbdDevice final : public BlockDevice {
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;  // under watch_mu_
   bool check_now_ = false;   // under watch_mu_
-  std::mutex handler_mu_;    // held while on_fence_ runs
+  bool header_updated_ = false;  // under watch_mu_
+  uint64_t update_watch_ = 0;    // rbd_update_watch's handle
+  bool update_watched_ = false;
+  uint64_t last_seen_size_ = 0;  // the watch thread's: the size it last acted on
+  std::mutex handler_mu_;    // held while on_fence_ or on_resize_ runs
   FenceHandler on_fence_;    // under handler_mu_
+  ResizeHandler on_resize_;  // under handler_mu_
   std::thread watch_;        // last: joined first
 };
 

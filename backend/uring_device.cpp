@@ -181,8 +181,22 @@ UringDevice::~UringDevice() {
   if (fd_ >= 0) close(fd_);
 }
 
+Result<uint64_t> UringDevice::Grow() {
+  uint64_t size = 0;
+  if (is_blkdev_) {
+    if (ioctl(fd_, BLKGETSIZE64, &size) < 0) return Status::FromErrno(errno, spec_ + ": BLKGETSIZE64");
+  } else {
+    struct stat st;
+    if (fstat(fd_, &st) < 0) return Status::FromErrno(errno, spec_ + ": fstat");
+    size = static_cast<uint64_t>(st.st_size);
+  }
+  size -= size % block_size_;  // as Open: whole blocks only
+  UB_RETURN_IF_ERROR(SetGrownSize(size));
+  return size;
+}
+
 std::string UringDevice::Describe() const {
-  return spec_ + " (" + (is_blkdev_ ? "block device" : "file") + ", " + FormatSize(size_) + ", " +
+  return spec_ + " (" + (is_blkdev_ ? "block device" : "file") + ", " + FormatSize(size()) + ", " +
          (direct_ ? "O_DIRECT" : "buffered") + ")";
 }
 

@@ -22,6 +22,8 @@ class UringDevice final : public BlockDevice {
   ~UringDevice() override;
 
   std::string Describe() const override;
+  // Re-reads the file's length or the block device's size (an extended LV).
+  Result<uint64_t> Grow() override;
   bool direct() const { return direct_; }
   bool is_block_device() const { return is_blkdev_; }
   int fd() const { return fd_; }

@@ -60,7 +60,6 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
     writeback_ = std::make_unique<Writeback>(Writeback::Parts{.spec = spec_,
                                                               .set = set_,
                                                               .dev = dev_,
-                                                              .size = size(),
                                                               .backing = backing_,
                                                               .super = super_,
                                                               .ranges = &ranges_,
@@ -78,6 +77,37 @@ CachedDevice::~CachedDevice() { writeback_.reset(); }
 std::string CachedDevice::Describe() const {
   return backing_->Describe() + " cached on " + set_->cache_dev()->spec() + " (" +
          CacheModeName(set_->knobs().cache_mode.load()) + ")";
+}
+
+Result<uint64_t> CachedDevice::Grow() {
+  const uint64_t old_size = size();
+  // The backing device refuses to shrink itself; a change smaller than our
+  // block leaves this size as it is.
+  UB_RETURN_IF_ERROR(backing_->Grow().status());
+  const uint64_t new_size = UsableSize(backing_, logical_block_size());
+  if (new_size <= old_size) {
+    UB_RETURN_IF_ERROR(SetGrownSize(new_size));  // names both sizes when smaller
+    return old_size;
+  }
+  constexpr uint64_t kStep = 64 << 20;  // a bounded hold of each shard, as DropDevice
+  uint64_t removed_clean = 0;
+  bool any_dirty = false;
+  for (uint64_t off = old_size; off < new_size; off += kStep) {
+    bool has_dirty = false;
+    uint64_t removed = 0;
+    UB_RETURN_IF_ERROR(set_->index().InvalidateClean(dev_, off, std::min(kStep, new_size - off), &has_dirty, &removed));
+    removed_clean += removed;
+    any_dirty |= has_dirty;
+  }
+  if (any_dirty)
+    UB_WARN("{}: the cache holds dirty data past the old end ({}), kept from a time the device was larger; it "
+            "is served and written back", spec_, FormatSize(old_size));
+  // Like a write's dropped clean copies (rule 5): their removal is durable
+  // before a request can read or write the range they covered.
+  if (removed_clean > 0) UB_RETURN_IF_ERROR(set_->Commit());
+  UB_RETURN_IF_ERROR(SetGrownSize(new_size));
+  UB_INFO("{}: grown from {} to {}", spec_, FormatSize(old_size), FormatSize(new_size));
+  return new_size;
 }
 
 Status CachedDevice::DropExtents() { return set_->DropDevice(dev_, size()); }

@@ -29,6 +29,17 @@
 // Attach drops them again (a write in flight across Detach may have inserted
 // one), then caching resumes. Either takes effect on the next request.
 //
+// Grow (ctl resize, an rbd: image resized by its owner): the backing device
+// grows first, then the range between the old and the new end loses any
+// clean copy the index still holds for it (left from a time the device was
+// that large: not what the backing device holds now), that removal is
+// committed, and only then does this device take the new size — so no
+// request reaches the new range before it reads the backing device's data.
+// Nothing else in the cache keeps the size: the index is keyed by offset,
+// the engines take each request as Validate passed it, the writeback thread
+// reads the size (WritebackHost::client_size) each pass to end its runs, and
+// stream detection and the statistics count requests.
+//
 // Fence (a backing device another client took over: rbd:'s lock broken,
 // this client blocklisted): from then on every request fails with EIO —
 // reads included, since the cache's copy may be older than the new owner's
@@ -108,6 +119,8 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   uint64_t cutoff_writethroughs() const { return dirty_write_.cutoff_writethroughs(); }
   // What the backing device's reads and writes take, as this device sends them.
   const ServiceTime& backing_time() const { return backing_time_; }
+  // See the top. Refuses a backing device that shrank (nothing changes).
+  Result<uint64_t> Grow() override;
   Status Detach() override;
   Status Attach();
   // The backing device is no longer ours (see the top); `why` says how.
@@ -115,6 +128,7 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   bool fenced() const override { return fenced_.load(std::memory_order_acquire); }
   std::string fence_reason() const override;
   bool attached() const override { return attached_.load(std::memory_order_acquire); }
+  uint64_t client_size() const override { return size(); }
   CacheSet* set() const { return set_; }
   BlockDevice* backing() const { return backing_; }
 

@@ -269,7 +269,8 @@ bool Writeback::CollectDirty(PassState& s) {
   // pieces of neighbouring stripes still go out as one write below). Each
   // is claimed, then looked up (the order the foreground's
   // Invalidate-then-check relies on, RangeGuard::AfterWriteback).
-  for (uint64_t st : stripes) s.runs.push_back({st * stripe, std::min((st + 1) * stripe, d.size)});
+  const uint64_t size = d.host->client_size();  // once: Grow may change it meanwhile
+  for (uint64_t st : stripes) s.runs.push_back({st * stripe, std::min((st + 1) * stripe, size)});
   std::vector<Extent> found;
   BucketAllocator& buckets = d.set->buckets();
   uint64_t batch_bytes = 0;

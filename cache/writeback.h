@@ -84,6 +84,9 @@ class WritebackHost {
   virtual bool fenced() const = 0;
   virtual std::string fence_reason() const = 0;
   virtual bool attached() const = 0;
+  // Client-visible bytes: grows while the thread runs (CachedDevice::Grow),
+  // so a pass reads it when it collects its runs.
+  virtual uint64_t client_size() const = 0;
   // Drops the device's extents and serves it from the backing device alone.
   virtual Status Detach() = 0;
 
@@ -112,7 +115,6 @@ class Writeback {
     std::string spec;
     CacheSet* set;
     uint32_t dev;  // the index's device number
-    uint64_t size;  // client-visible bytes
     BlockDevice* backing;
     BackingSuper* super;
     RangeGuard* ranges;

@@ -67,6 +67,10 @@ struct Target {
   // Every formatted backing device of the set: cache_mode is a knob of the
   // set here, so it persists into each of them.
   std::vector<BackingSuper*> set_supers;
+  // ctl resize: grows the export to its backing device's size now (device
+  // stack, cache, NBD, ublk device); the reply line, or why not. serve sets
+  // it; null: the command is refused.
+  std::function<Result<std::string>()> resize;
 };
 
 // One reading of a target: the statistics and priority stats are computed

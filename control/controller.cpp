@@ -133,7 +133,7 @@ Result<std::string> Controller::Attach(const Target& t, const std::string& cache
 
 bool Controller::RunsLong(const Request& r) {
   return r.command == "set" || r.command == "flush" || r.command == "detach" || r.command == "attach" ||
-         r.command == "trigger-gc";
+         r.command == "trigger-gc" || r.command == "resize";
 }
 
 Result<std::string> Controller::Execute(const Request& r, const Progress& progress) {
@@ -251,6 +251,11 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
   }
   if (r.command == "detach") {
     UB_ASSIGN_OR_RETURN(std::string s, Detach(t, progress));
+    return Message(json, s);
+  }
+  if (r.command == "resize") {
+    if (!t.resize) return Status::NotSupported(t.name + ": this daemon cannot resize it");
+    UB_ASSIGN_OR_RETURN(std::string s, t.resize());
     return Message(json, s);
   }
   if (r.command == "attach") {

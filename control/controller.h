@@ -2,12 +2,13 @@
 // Controller: runs control requests against the daemon's exports — show,
 // get/set through the attribute table, stats, priority-stats, dirty-data,
 // writeback-rate-debug, clear-stats, trigger-gc, flush, detach, attach,
-// metrics and stop. Transport-free, so unit tests call Execute() directly.
+// metrics, stop and resize. Transport-free, so unit tests call Execute()
+// directly.
 //
 // Thread safety: commands that only read (show, get, stats, metrics, ...)
 // may run on any thread, alongside one thread running the commands that
 // change state or take long (RunsLong: set, flush, detach, attach,
-// trigger-gc). Those do their I/O (superblock writes, flush, GC)
+// trigger-gc, resize). Those do their I/O (superblock writes, flush, GC)
 // synchronously on the calling thread's Reactor, which must not be one
 // that serves clients.
 #pragma once

@@ -19,6 +19,7 @@ const std::vector<CommandSpec>& Commands() {
       {"flush", 0, 0, "", "write back all dirty data, with progress"},
       {"detach", 0, 0, "", "flush, then serve the device without the cache"},
       {"attach", 1, 1, "CACHE", "serve the device through the daemon's cache set again"},
+      {"resize", 0, 0, "", "grow the device to its backing device's size now (shrinking is refused)"},
       {"metrics", 0, 0, "", "Prometheus text exposition of every statistic and knob"},
       {"devices", 0, 0, "", "the daemon's exports, one per line (ubcache status)"},
       {"stop", 0, 1, "[delete]", "stop the daemon as SIGTERM does; with delete its ublk devices go too (ubcache stop)"},

@@ -67,7 +67,8 @@ NbdConnection::NbdConnection(NbdServer* server, int fd, std::string peer)
       fd_(fd),
       peer_(std::move(peer)),
       reactor_(Reactor::Current()),
-      handshake_(&server->export_infos(), server->tls_policy()),
+      infos_(server->export_infos()),
+      handshake_(&infos_, server->tls_policy()),
       rbuf_(kRecvBufferSize) {
   recv_c_.conn = this;
   send_c_.conn = this;
@@ -225,6 +226,7 @@ bool NbdConnection::PullPlaintext() {
 }
 
 bool NbdConnection::ProcessHandshake() {
+  for (size_t i = 0; i < infos_.size(); i++) infos_[i].size = server_->exports()[i].device->size();
   size_t consumed = 0;
   std::string out;
   auto st = handshake_.Feed(rbuf_.data() + rstart_, rend_ - rstart_, &consumed, &out);
@@ -244,7 +246,7 @@ bool NbdConnection::ProcessHandshake() {
       break;
   }
   const NbdExport& e = server_->exports()[handshake_.export_index()];
-  const nbd::ExportInfo& info = server_->export_infos()[handshake_.export_index()];
+  const nbd::ExportInfo& info = infos_[handshake_.export_index()];
   dev_ = e.device;
   limits_ = nbd::ExportLimits{info.size, info.min_block,
                               (info.flags & nbd::kFlagReadOnly) != 0,

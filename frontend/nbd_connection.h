@@ -107,6 +107,11 @@ class NbdConnection {
   Reactor* reactor_;
   BlockDevice* dev_ = nullptr;
   nbd::ExportLimits limits_{};
+  // The server's export list as this connection's handshake answers it:
+  // sizes are read again before each step (ProcessHandshake), so NBD_OPT_INFO
+  // and NBD_OPT_GO give the size an export has now (it may have grown
+  // since the server started); the size a connection got stays its own.
+  std::vector<nbd::ExportInfo> infos_;
   nbd::Handshake handshake_;
   Phase phase_ = Phase::kHandshake;
 

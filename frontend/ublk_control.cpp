@@ -19,7 +19,7 @@ std::string UblkFeatureNames(uint64_t f) {
   static const char* const kNames[] = {"zero_copy",     "comp_in_task",          "need_get_data",
                                        "user_recovery", "user_recovery_reissue", "unprivileged_dev",
                                        "cmd_ioctl_encode", "user_copy",          "zoned",
-                                       "user_recovery_fail_io"};
+                                       "user_recovery_fail_io", "update_size"};
   std::string s;
   const char* sep = "";
   for (unsigned i = 0; i < sizeof kNames / sizeof kNames[0]; i++) {
@@ -161,6 +161,10 @@ Status UblkControl::StartUserRecovery(uint32_t dev_id) {
   if (r.ok() && *r == -EBUSY) return Status::Busy("ublk: device " + std::to_string(dev_id) +
                                                   " is not quiesced yet");
   return Check("START_USER_RECOVERY", dev_id, r);
+}
+
+Status UblkControl::UpdateSize(uint32_t dev_id, uint64_t bytes) {
+  return Check("UPDATE_SIZE", dev_id, Command(ublk::kCmdUpdateSize, dev_id, nullptr, 0, bytes >> 9));
 }
 
 Status UblkControl::EndUserRecovery(uint32_t dev_id) {

@@ -12,7 +12,8 @@
 // Errors are one line and say what to do: the driver missing, not root, a
 // device id already in use, a kernel without a feature we need.
 //
-// Thread safety: one thread at a time (the serve command's main thread).
+// Thread safety: one thread at a time (the serve command's main thread, or
+// UblkServer::UpdateSize under its lock).
 #pragma once
 
 #include <liburing.h>
@@ -54,6 +55,8 @@ class UblkControl {
   Status DelDev(uint32_t dev_id);
   Status StartUserRecovery(uint32_t dev_id);
   Status EndUserRecovery(uint32_t dev_id);
+  // A started device's new size (a multiple of 512); needs kFUpdateSize.
+  Status UpdateSize(uint32_t dev_id, uint64_t bytes);
 
  private:
   UblkControl() = default;

@@ -114,6 +114,7 @@ Status UblkServer::Start() {
                                 UblkFeatureNames(required & ~features) + " (it offers " +
                                 UblkFeatureNames(features) + ")");
   UB_INFO("ublk: driver features {:#x} ({})", features, UblkFeatureNames(features));
+  features_ = features;
 
   if (options_.recover_auto && options_.first_id < 0)
     return Status::InvalidArgument("ublk: automatic recovery needs the device ids to look for");
@@ -180,13 +181,15 @@ Status UblkServer::StartOne(Dev& d, uint64_t features) {
   // USER_COPY when offered (we copy only what a request needs, when it is
   // handled); recovery (+ reissue) when offered, so a killed server's device
   // survives for `--recover`.
-  info.flags = ublk::kFCmdIoctlEncode |
-               (features & (ublk::kFUserCopy | ublk::kFUserRecovery | ublk::kFUserRecoveryReissue));
+  info.flags = ublk::kFCmdIoctlEncode | (features & (ublk::kFUserCopy | ublk::kFUserRecovery |
+                                                    ublk::kFUserRecoveryReissue | ublk::kFUpdateSize));
   UB_RETURN_IF_ERROR(ctrl_->AddDev(&info));
   d.id = info.dev_id;
   d.flags = info.flags;
   d.added = true;
-  UB_RETURN_IF_ERROR(ctrl_->SetParams(d.id, UblkParamsFor(d.exp, info.max_io_buf_bytes)));
+  ublk::Params params = UblkParamsFor(d.exp, info.max_io_buf_bytes);
+  UB_RETURN_IF_ERROR(ctrl_->SetParams(d.id, params));
+  d.bytes = params.basic.dev_sectors << 9;
   UB_RETURN_IF_ERROR(OpenCharDev(d));
   bool user_copy = info.flags & ublk::kFUserCopy;
   UB_RETURN_IF_ERROR(StartQueues(d, info.nr_hw_queues, info.queue_depth, info.max_io_buf_bytes, user_copy));
@@ -215,10 +218,15 @@ Status UblkServer::RecoverOne(Dev& d, uint64_t features) {
     return Status::InvalidArgument("ublk: " + name + " was created without user recovery");
   d.flags = info.flags;
   UB_ASSIGN_OR_RETURN(ublk::Params params, ctrl_->GetParams(d.id));
-  if (params.basic.dev_sectors != d.exp.device->size() >> 9)
+  // Smaller is a device whose export grew (UpdateSize's kernel lacked
+  // UPDATE_SIZE, or the backing device grew while no server ran): its
+  // requests all fall inside the export, so it is served, and grown below
+  // when the kernel can. Larger would expose bytes the export lacks.
+  if (params.basic.dev_sectors > d.exp.device->size() >> 9)
     return Status::InvalidArgument("ublk: " + name + " has " + FormatSize(params.basic.dev_sectors << 9) +
                                    ", export '" + d.exp.name + "' has " +
                                    FormatSize(d.exp.device->size()));
+  d.bytes = params.basic.dev_sectors << 9;
   if (info.state == ublk::kStateLive && info.ublksrv_pid > 0 && kill(info.ublksrv_pid, 0) == 0)
     return Status::Busy("ublk: " + name + " is served by process " + std::to_string(info.ublksrv_pid));
   // The driver quiesces the device some time after its server died; until
@@ -244,6 +252,10 @@ Status UblkServer::RecoverOne(Dev& d, uint64_t features) {
   UB_RETURN_IF_ERROR(StartQueues(d, info.nr_hw_queues, info.queue_depth, info.max_io_buf_bytes, user_copy));
   UB_RETURN_IF_ERROR(ctrl_->EndUserRecovery(d.id));
   d.added = d.started = true;
+  if (d.bytes < d.exp.device->size()) {
+    Status st = UpdateSizeLocked(d);
+    if (!st.ok()) UB_WARN("{}", st.message());
+  }
   UB_INFO("{}: reattached, serving export '{}' ({}, {}), {} queue{} x depth {}, {}",
           BlockPath(d.id), d.exp.name, FormatSize(d.exp.device->size()),
           d.exp.device->Describe(), info.nr_hw_queues, info.nr_hw_queues == 1 ? "" : "s",
@@ -296,7 +308,35 @@ void UblkServer::ReleaseQueues(Dev& d) {
   d.char_fd = -1;
 }
 
+Status UblkServer::UpdateSize(size_t index) {
+  std::lock_guard<std::mutex> l(ctrl_mu_);
+  if (stopping_ || ctrl_ == nullptr || index >= devs_.size() || !devs_[index].started)
+    return Status::Shutdown("ublk: the device is stopping");
+  return UpdateSizeLocked(devs_[index]);
+}
+
+Status UblkServer::UpdateSizeLocked(Dev& d) {
+  const uint64_t want = d.exp.device->size() >> 9 << 9;
+  if (want == d.bytes) return Status::OK();
+  if (want < d.bytes)
+    return Status::InvalidArgument("ublk: " + BlockPath(d.id) + " would shrink from " + FormatSize(d.bytes) +
+                                   " to " + FormatSize(want));
+  if (!(features_ & ublk::kFUpdateSize))
+    return Status::NotSupported("ublk: " + BlockPath(d.id) + " stays at " + FormatSize(d.bytes) +
+                                ": this kernel's ublk driver lacks UBLK_F_UPDATE_SIZE (UBLK_U_CMD_UPDATE_SIZE, "
+                                "Linux 6.16); export '" + d.exp.name + "' has grown to " + FormatSize(want) +
+                                " for NBD clients; the ublk device takes it when it is deleted and added again");
+  UB_RETURN_IF_ERROR(ctrl_->UpdateSize(d.id, want));
+  UB_INFO("{}: grown from {} to {}", BlockPath(d.id), FormatSize(d.bytes), FormatSize(want));
+  d.bytes = want;
+  return Status::OK();
+}
+
 Status UblkServer::Stop() {
+  {
+    std::lock_guard<std::mutex> l(ctrl_mu_);  // no UpdateSize from here on
+    stopping_ = true;
+  }
   if (ctrl_ == nullptr) return Status::OK();
   ctrl_->set_interrupt([this] { return SecondSignal(); });
   Status result;
@@ -325,6 +365,10 @@ Status UblkServer::Stop() {
 }
 
 Status UblkServer::HandOff() {
+  {
+    std::lock_guard<std::mutex> l(ctrl_mu_);  // no UpdateSize from here on
+    stopping_ = true;
+  }
   if (ctrl_ == nullptr) return Status::OK();
   for (const Dev& d : devs_) {
     if (d.started && !(d.flags & ublk::kFUserRecoveryReissue)) {

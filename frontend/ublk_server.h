@@ -27,14 +27,24 @@
 // The filesystem above sees a pause, not an error. Needs
 // USER_RECOVERY_REISSUE on every device (a held request would otherwise
 // fail); a device without it is stopped and deleted as by Stop().
+// UpdateSize() gives a device its export's new size (after the export grew:
+// ctl resize, an rbd: image resized) through UPDATE_SIZE, which the kernel
+// offers from Linux 6.16 (UBLK_F_UPDATE_SIZE). Without it the device keeps
+// its size and UpdateSize says so in one line; the export has grown all the
+// same (its NBD clients see it), and requests past the device's end never
+// come. A device reattached by --recover may then be smaller than its
+// export: it is taken as it is (and grown when the kernel can).
 //
 // The frontend holds no policy: each queue maps requests onto BlockDevice
 // calls, exactly as the NBD server does. The server never opens /dev/ublkbN.
 //
-// Thread safety: Start(), WaitForSignal() and Stop() from one thread.
+// Thread safety: Start(), WaitForSignal() and Stop() from one thread;
+// UpdateSize() from any thread between Start() and Stop() (it takes
+// ctrl_mu_, which Stop() takes once to end UpdateSize calls).
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -80,6 +90,10 @@ class UblkServer {
   // Leaves every device in place with its I/O held (above); returns the
   // first flush error.
   Status HandOff();
+  // Export `index`'s device to its export's size now; a no-op when they
+  // agree. NotSupported (one line, naming the missing kernel feature) when
+  // the kernel cannot resize a ublk device; InvalidArgument for a smaller size.
+  Status UpdateSize(size_t index);
 
   static std::string BlockPath(uint32_t id);  // "/dev/ublkb0"
 
@@ -91,6 +105,7 @@ class UblkServer {
     bool started = false;
     uint64_t flags = 0;  // the device's UBLK_F_* as added
     int char_fd = -1;
+    uint64_t bytes = 0;  // the block device's size, as the kernel has it
     std::vector<std::unique_ptr<UblkQueue>> queues;
   };
   Status StartOne(Dev& d, uint64_t features);
@@ -101,12 +116,17 @@ class UblkServer {
   // grace period); false on a second signal.
   bool WaitDrained(Dev& d);
   Status FlushExport(Dev& d);
+  // UpdateSize with ctrl_ ours: under ctrl_mu_, or during Start().
+  Status UpdateSizeLocked(Dev& d);
   void ReleaseQueues(Dev& d);
   bool SecondSignal();
 
   std::vector<Dev> devs_;
   UblkServerOptions options_;
+  uint64_t features_ = 0;  // the driver's (GET_FEATURES)
   std::unique_ptr<UblkControl> ctrl_;
+  std::mutex ctrl_mu_;      // UpdateSize's use of ctrl_ against Stop's
+  bool stopping_ = false;   // under ctrl_mu_
   int signal_fd_ = -1;
   bool abandoned_ = false;  // a second signal: stop waiting for anything
 };

@@ -40,6 +40,9 @@ constexpr uint32_t kCmdGetParams = _IOR('u', 0x09, CtrlCmd);
 constexpr uint32_t kCmdStartUserRecovery = _IOWR('u', 0x10, CtrlCmd);
 constexpr uint32_t kCmdEndUserRecovery = _IOWR('u', 0x11, CtrlCmd);
 constexpr uint32_t kCmdGetFeatures = _IOR('u', 0x13, CtrlCmd);
+// Linux 6.16 (not in 6.12's header): data[0] is the new size in 512-byte
+// sectors; offered when GET_FEATURES has kFUpdateSize.
+constexpr uint32_t kCmdUpdateSize = _IOWR('u', 0x15, CtrlCmd);
 
 // Feature bits (GET_FEATURES, and ADD_DEV's DevInfo::flags).
 constexpr uint64_t kFZeroCopy = 1ull << 0;
@@ -48,6 +51,7 @@ constexpr uint64_t kFUserRecoveryReissue = 1ull << 4;
 constexpr uint64_t kFUnprivilegedDev = 1ull << 5;
 constexpr uint64_t kFCmdIoctlEncode = 1ull << 6;
 constexpr uint64_t kFUserCopy = 1ull << 7;
+constexpr uint64_t kFUpdateSize = 1ull << 10;  // Linux 6.16: kCmdUpdateSize
 
 // Device states (DevInfo::state).
 constexpr uint16_t kStateDead = 0;

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -653,13 +654,47 @@ int ServeMain(int argc, char** argv) {
     exports.push_back(e);
   }
 
+  // Growing an export (ctl resize, or an rbd: image resized by its owner):
+  // the device stack from the bottom up (BlockDevice::Grow: backing, cache),
+  // then its ublk device. One at a time: the two callers run on their own
+  // threads. Without UPDATE_SIZE in the kernel the ublk device keeps its
+  // size while the export (NBD) has grown: the reply is that one-line error.
+  std::unique_ptr<UblkServer> ublk;
+  std::mutex grow_mu;
+  std::vector<BlockDevice*> export_devices;
+  for (const NbdExport& e : exports) export_devices.push_back(e.device);
+  auto grow_export = [&, export_devices](size_t i) -> Result<std::string> {
+    std::lock_guard<std::mutex> l(grow_mu);
+    BlockDevice* dev = export_devices[i];
+    uint64_t before = dev->size();
+    Result<uint64_t> after = dev->Grow();
+    if (!after.ok()) {
+      std::string why = names[i] + ": " + after.status().message();
+      return after.status().code() == Status::Code::kInvalidArgument ? Status::InvalidArgument(why)
+                                                                      : Status::IoError(why);
+    }
+    std::string what = *after == before ? names[i] + ": " + FormatSize(before) + " (" + std::to_string(before) +
+                                              " bytes), unchanged"
+                                        : names[i] + ": grown from " + FormatSize(before) + " to " +
+                                              FormatSize(*after) + " (" + std::to_string(*after) + " bytes)";
+    if (ublk) {
+      Status st = ublk->UpdateSize(i);
+      if (!st.ok())
+        return st.IsNotSupported() ? Status::NotSupported(what + "; " + st.message())
+                                   : Status::IoError(what + "; " + st.message());
+    }
+    if (*after != before) UB_INFO("{}", what);
+    return what;
+  };
+
   // Each export as the control socket, --set and a reload see it.
   std::vector<control::Target> targets;
   std::vector<BackingSuper*> formatted;
   for (auto& s : supers)
     if (s) formatted.push_back(s.get());
   for (size_t i = 0; i < cached.size(); i++)
-    targets.push_back({names[i], cached[i].get(), set.get(), supers[i].get(), formatted});
+    targets.push_back({names[i], cached[i].get(), set.get(), supers[i].get(), formatted,
+                       [&grow_export, i] { return grow_export(i); }});
   for (const std::string& kv : args.GetAll("set")) {
     auto eq = kv.find('=');
     Status sst = SetEverywhere(targets, kv.substr(0, eq), kv.substr(eq + 1));
@@ -685,7 +720,13 @@ int ServeMain(int argc, char** argv) {
     return what;
   };
   std::unique_ptr<control::ControlServer> ctl = StartControl(args, set.get(), targets, stop_hook);
-  std::unique_ptr<UblkServer> ublk = StartUblk(args, exports, io_opt);
+  ublk = StartUblk(args, exports, io_opt);
+  // An rbd: image resized by another client grows its export on its own.
+  for (size_t i = 0; i < opened.size(); i++)
+    opened[i]->SetResizeHandler([&grow_export, i] {
+      Result<std::string> r = grow_export(i);
+      if (!r.ok()) UB_WARN("{}", r.status().message());
+    });
   // READY=1 once every export is served (the NBD listeners below, or the
   // ublk devices above); SIGHUP re-reads --config.
   std::unique_ptr<Args> reading = std::make_unique<Args>(args);
@@ -738,7 +779,10 @@ int ServeMain(int argc, char** argv) {
     if (st.ok()) st = ust;
   }
   if (ctl) ctl->Stop();
-  for (BlockDevice* d : opened) d->SetFenceHandler(nullptr);  // before the cached devices go
+  for (BlockDevice* d : opened) {  // before the cached devices go
+    d->SetFenceHandler(nullptr);
+    d->SetResizeHandler(nullptr);
+  }
   for (size_t i = 0; i < cached.size(); i++) LogStats(names[i], *cached[i]);
   for (auto& c : cached) c->StopWriteback();  // dirty data stays dirty, and durable
   if (set) {

@@ -44,7 +44,7 @@ struct ControlRig {
     set = std::move(CacheSet::Create(cache.get(), o).value());
     dev = std::make_unique<CachedDevice>("mem:backing", set.get(), 0, backing.get());
     super = std::make_unique<BackingSuper>(raw_backing.get(), *sb);
-    target = Target{"disk", dev.get(), set.get(), super.get(), {super.get()}};
+    target = Target{"disk", dev.get(), set.get(), super.get(), {super.get()}, {}};
   }
   BackingSuperblock Superblock() { return ReadBackingSuperblock(*raw_backing).value(); }
 };
