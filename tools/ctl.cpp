@@ -53,8 +53,9 @@ int CtlMain(int argc, char** argv) {
   Args args("ctl", "[--control PATH] [--device NAME] [--json] COMMAND [ARGS]",
             "Talks to a running 'ubcache serve' over its control socket: shows and sets\n"
             "knobs (bcache's names), statistics, priority stats and metrics, and\n"
-            "flushes, detaches or attaches a device. Exit status: 0 ok, 1 the daemon\n"
-            "refused or failed the request, 2 usage error or socket unreachable.");
+            "flushes, detaches, attaches or grows a device. Exit status: 0 ok, 1 the\n"
+            "daemon refused or failed the request, 2 usage error or socket\n"
+            "unreachable.");
   args.Option("control", "PATH", "the daemon's control socket (default: the one in /run/ubcache)")
       .Option("device", "NAME", "the export to act on (default: the daemon's first)")
       .Flag("json", "print the reply as JSON")
