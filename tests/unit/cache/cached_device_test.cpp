@@ -338,3 +338,85 @@ TEST_CASE("a request's latency runs from its entry to its answer, the backing de
   for (int b = 0; b <= RequestStats::BucketOf(2'500'000); b++) CHECK(r.buckets[b] == 0);
   rig.Settle();  // its fill lands before the device goes
 }
+
+namespace {
+
+// A backing device whose storage can grow under it: a view of the first
+// `storage` bytes of a larger RAM device, as a file that was extended.
+class GrowableDevice final : public BlockDevice {
+ public:
+  GrowableDevice(BlockDevice* lower, uint64_t size)
+      : BlockDevice("growable", size, lower->logical_block_size(), false), lower_(lower), storage_(size) {}
+  void set_storage(uint64_t bytes) { storage_ = bytes; }
+  Result<uint64_t> Grow() override {
+    UB_RETURN_IF_ERROR(SetGrownSize(storage_));
+    return size();
+  }
+
+ protected:
+  void DoSubmit(const IoRequest& req, IoDone done) override { lower_->Submit(req, std::move(done)); }
+
+ private:
+  BlockDevice* lower_;
+  uint64_t storage_;
+};
+
+}  // namespace
+
+TEST_CASE("a grown backing device grows the cached device, and the new range is read and cached") {
+  Rig rig;
+  GrowableDevice backing(rig.backing.get(), 32 << 20);
+  CachedDevice dev("growable", rig.set.get(), 1, &backing);
+  REQUIRE(dev.size() == 32 << 20);
+  AlignedBuffer b(64 << 10);
+  CHECK(SyncRead(dev, 40 << 20, b.size(), b.data()).IsNoSpace());
+  backing.set_storage(64 << 20);
+  auto r = dev.Grow();
+  REQUIRE(r.ok());
+  CHECK(*r == 64 << 20);
+  CHECK(dev.size() == 64 << 20);
+  for (int pass = 0; pass < 2; pass++) {
+    REQUIRE(SyncRead(dev, 40 << 20, b.size(), b.data()).ok());
+    rig.Settle();
+    for (uint64_t i = 0; i < b.size(); i++) REQUIRE(b.data()[i] == PatternByte((40 << 20) + i, 1));
+  }
+  StatsGroup s = dev.stats().Snapshot(StatsWindow::kTotal, NowNanos());
+  CHECK(s.cache_misses == 1);
+  CHECK(s.cache_hits == 1);
+  // Unchanged storage: the size stays, and it says so.
+  auto again = dev.Grow();
+  REQUIRE(again.ok());
+  CHECK(*again == 64 << 20);
+}
+
+TEST_CASE("growing drops clean copies the index still holds past the old end") {
+  // A clean copy of [40 MiB, +64 KiB) from a time the device was 64 MiB;
+  // then the device is 32 MiB (as after an offline shrink), and the
+  // storage is extended again with other data there.
+  Rig rig;
+  REQUIRE(rig.ReadMatches(40 << 20, 64 << 10, 1));
+  REQUIRE(rig.ReadMatches(40 << 20, 64 << 10, 1));
+  REQUIRE(rig.Stats().cache_hits == 1);
+  rig.dev.reset();
+  GrowableDevice backing(rig.backing.get(), 32 << 20);
+  CachedDevice dev("growable", rig.set.get(), 0, &backing);  // the same device number
+  rig.Fill(40 << 20, 1 << 20, 2);
+  backing.set_storage(64 << 20);
+  REQUIRE(dev.Grow().ok());
+  AlignedBuffer b(64 << 10);
+  REQUIRE(SyncRead(dev, 40 << 20, b.size(), b.data()).ok());
+  for (uint64_t i = 0; i < b.size(); i++) REQUIRE(b.data()[i] == PatternByte((40 << 20) + i, 2));
+}
+
+TEST_CASE("a shrunk backing device is refused and the cached device keeps its size") {
+  Rig rig;
+  GrowableDevice backing(rig.backing.get(), 32 << 20);
+  CachedDevice dev("growable", rig.set.get(), 1, &backing);
+  backing.set_storage(16 << 20);
+  auto r = dev.Grow();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Status::Code::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains("shrinking is not supported"));
+  CHECK(dev.size() == 32 << 20);
+  CHECK(backing.size() == 32 << 20);
+}
