@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# 168-resize-file — growing a backing file under a running daemon (issue 31
+# 171-resize-file — growing a backing file under a running daemon (issue 31
 # item 3), with a formatted cache in writeback:
 #  A. the backing file grows (truncate); `ctl resize` says "grown from ... to
 #     ..." and nbdinfo (NBD_OPT_INFO/GO on a new connection) sees the new

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# 169-resize-rbd — an rbd: image resized by another client (`rbd resize`)
+# 172-resize-rbd — an rbd: image resized by another client (`rbd resize`)
 # under a running daemon grows its export on its own, with no ctl call
 # (issue 31 item 3; the image's header watch, backend/rbd_device.h), against
 # a real one-node Ceph (tests/ceph/cluster.sh), formatted cache, writeback:
