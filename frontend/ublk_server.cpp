@@ -315,17 +315,26 @@ Status UblkServer::UpdateSize(size_t index) {
   return UpdateSizeLocked(devs_[index]);
 }
 
-Status UblkServer::UpdateSizeLocked(Dev& d) {
-  const uint64_t want = d.exp.device->size() >> 9 << 9;
-  if (want == d.bytes) return Status::OK();
-  if (want < d.bytes)
-    return Status::InvalidArgument("ublk: " + BlockPath(d.id) + " would shrink from " + FormatSize(d.bytes) +
-                                   " to " + FormatSize(want));
-  if (!(features_ & ublk::kFUpdateSize))
-    return Status::NotSupported("ublk: " + BlockPath(d.id) + " stays at " + FormatSize(d.bytes) +
+Result<std::optional<uint64_t>> UblkGrowth(uint64_t features, uint64_t device_bytes, uint64_t export_bytes,
+                                           const std::string& path, const std::string& export_name) {
+  const uint64_t want = export_bytes >> 9 << 9;  // the kernel counts sectors
+  if (want == device_bytes) return std::optional<uint64_t>();
+  if (want < device_bytes)
+    return Status::InvalidArgument("ublk: " + path + " would shrink from " + FormatSize(device_bytes) + " to " +
+                                   FormatSize(want));
+  if (!(features & ublk::kFUpdateSize))
+    return Status::NotSupported("ublk: " + path + " stays at " + FormatSize(device_bytes) +
                                 ": this kernel's ublk driver lacks UBLK_F_UPDATE_SIZE (UBLK_U_CMD_UPDATE_SIZE, "
-                                "Linux 6.16); export '" + d.exp.name + "' has grown to " + FormatSize(want) +
+                                "Linux 6.16); export '" + export_name + "' has grown to " + FormatSize(want) +
                                 " for NBD clients; the ublk device takes it when it is deleted and added again");
+  return std::optional<uint64_t>(want);
+}
+
+Status UblkServer::UpdateSizeLocked(Dev& d) {
+  UB_ASSIGN_OR_RETURN(std::optional<uint64_t> grow,
+                      UblkGrowth(features_, d.bytes, d.exp.device->size(), BlockPath(d.id), d.exp.name));
+  if (!grow) return Status::OK();
+  const uint64_t want = *grow;
   UB_RETURN_IF_ERROR(ctrl_->UpdateSize(d.id, want));
   UB_INFO("{}: grown from {} to {}", BlockPath(d.id), FormatSize(d.bytes), FormatSize(want));
   d.bytes = want;

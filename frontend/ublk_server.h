@@ -45,6 +45,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,14 @@ struct UblkServerOptions {
 // most `max_io_bytes`, discard/write-zeroes limits (not when read-only), a
 // volatile write cache with FUA.
 ublk::Params UblkParamsFor(const UblkExport& e, uint32_t max_io_bytes);
+
+// UpdateSize's decision for a device of `device_bytes` whose export has
+// `export_bytes` now, with the driver's `features`: nullopt when there is
+// nothing to do, the size to send with UPDATE_SIZE (whole sectors), or why
+// not in one line naming `path` — NotSupported without kFUpdateSize,
+// InvalidArgument for a smaller size.
+Result<std::optional<uint64_t>> UblkGrowth(uint64_t features, uint64_t device_bytes, uint64_t export_bytes,
+                                           const std::string& path, const std::string& export_name);
 
 class UblkServer {
  public:
