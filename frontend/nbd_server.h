@@ -74,6 +74,8 @@ class NbdServer {
   // caller's to hand over or close.
   std::vector<int> TakeListeners();
 
+  // The sizes in these are the exports' at start; a connection reads the
+  // device's own (it may have grown) for its handshake.
   const std::vector<nbd::ExportInfo>& export_infos() const { return infos_; }
   const std::vector<NbdExport>& exports() const { return exports_; }
   unsigned threads() const { return static_cast<unsigned>(reactors_.size()); }
