@@ -253,6 +253,7 @@ Status UblkServer::RecoverOne(Dev& d, uint64_t features) {
   UB_RETURN_IF_ERROR(ctrl_->EndUserRecovery(d.id));
   d.added = d.started = true;
   if (d.bytes < d.exp.device->size()) {
+    MutexLock l(&ctrl_mu_);
     Status st = UpdateSizeLocked(d);
     if (!st.ok()) UB_WARN("{}", st.message());
   }
@@ -309,7 +310,7 @@ void UblkServer::ReleaseQueues(Dev& d) {
 }
 
 Status UblkServer::UpdateSize(size_t index) {
-  std::lock_guard<std::mutex> l(ctrl_mu_);
+  MutexLock l(&ctrl_mu_);
   if (stopping_ || ctrl_ == nullptr || index >= devs_.size() || !devs_[index].started)
     return Status::Shutdown("ublk: the device is stopping");
   return UpdateSizeLocked(devs_[index]);
@@ -343,7 +344,7 @@ Status UblkServer::UpdateSizeLocked(Dev& d) {
 
 Status UblkServer::Stop() {
   {
-    std::lock_guard<std::mutex> l(ctrl_mu_);  // no UpdateSize from here on
+    MutexLock l(&ctrl_mu_);  // no UpdateSize from here on
     stopping_ = true;
   }
   if (ctrl_ == nullptr) return Status::OK();

@@ -44,7 +44,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +52,7 @@
 #include "frontend/ublk_control.h"
 #include "frontend/ublk_queue.h"
 #include "util/status.h"
+#include "util/thread_annotations.h"
 
 namespace ubcache {
 
@@ -102,7 +102,7 @@ class UblkServer {
   // Export `index`'s device to its export's size now; a no-op when they
   // agree. NotSupported (one line, naming the missing kernel feature) when
   // the kernel cannot resize a ublk device; InvalidArgument for a smaller size.
-  Status UpdateSize(size_t index);
+  Status UpdateSize(size_t index) EXCLUDES(ctrl_mu_);
 
   static std::string BlockPath(uint32_t id);  // "/dev/ublkb0"
 
@@ -125,8 +125,7 @@ class UblkServer {
   // grace period); false on a second signal.
   bool WaitDrained(Dev& d);
   Status FlushExport(Dev& d);
-  // UpdateSize with ctrl_ ours: under ctrl_mu_, or during Start().
-  Status UpdateSizeLocked(Dev& d);
+  Status UpdateSizeLocked(Dev& d) REQUIRES(ctrl_mu_);
   void ReleaseQueues(Dev& d);
   bool SecondSignal();
 
@@ -134,8 +133,8 @@ class UblkServer {
   UblkServerOptions options_;
   uint64_t features_ = 0;  // the driver's (GET_FEATURES)
   std::unique_ptr<UblkControl> ctrl_;
-  std::mutex ctrl_mu_;      // UpdateSize's use of ctrl_ against Stop's
-  bool stopping_ = false;   // under ctrl_mu_
+  Mutex ctrl_mu_;  // UpdateSize's use of ctrl_ against Stop's
+  bool stopping_ GUARDED_BY(ctrl_mu_) = false;
   int signal_fd_ = -1;
   bool abandoned_ = false;  // a second signal: stop waiting for anything
 };

@@ -14,7 +14,6 @@
 #include <ctime>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -40,6 +39,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/size.h"
+#include "util/thread_annotations.h"
 
 namespace ubcache {
 
@@ -660,11 +660,11 @@ int ServeMain(int argc, char** argv) {
   // threads. Without UPDATE_SIZE in the kernel the ublk device keeps its
   // size while the export (NBD) has grown: the reply is that one-line error.
   std::unique_ptr<UblkServer> ublk;
-  std::mutex grow_mu;
+  Mutex grow_mu;
   std::vector<BlockDevice*> export_devices;
   for (const NbdExport& e : exports) export_devices.push_back(e.device);
   auto grow_export = [&, export_devices](size_t i) -> Result<std::string> {
-    std::lock_guard<std::mutex> l(grow_mu);
+    MutexLock l(&grow_mu);
     BlockDevice* dev = export_devices[i];
     uint64_t before = dev->size();
     Result<uint64_t> after = dev->Grow();
