@@ -260,4 +260,29 @@ TEST_CASE("stop asks the daemon through its hook, with delete only when told") {
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() == "stop: 'now': the only argument is delete");
   CHECK(calls == std::vector<bool>{false, true});
+TEST_CASE("resize runs the export's growth, runs long, and is refused where serve offers none") {
+  ControlRig rig;
+  auto resize = ParseRequest("ubcache-ctl/1 resize");
+  REQUIRE(resize.ok());
+  CHECK(Controller::RunsLong(*resize));
+  CHECK_FALSE(ParseRequest("ubcache-ctl/1 resize 2G").ok());  // no arguments
+  {
+    Controller c({rig.target});
+    auto r = Run(c, "ubcache-ctl/1 resize");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Status::Code::kNotSupported);
+  }
+  int calls = 0;
+  Target t = rig.target;
+  t.resize = [&]() -> Result<std::string> {
+    calls++;
+    if (calls == 1) return std::string("disk: grown from 32 MiB to 64 MiB (67108864 bytes)");
+    return Status::InvalidArgument("disk: would shrink from 64 MiB to 16 MiB; shrinking is not supported");
+  };
+  Controller c({t});
+  CHECK(Out(c, "ubcache-ctl/1 resize") == "disk: grown from 32 MiB to 64 MiB (67108864 bytes)\n");
+  auto refused = Run(c, "ubcache-ctl/1 format=json resize");
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("shrinking is not supported"));
+  CHECK(calls == 2);
 }
