@@ -376,7 +376,7 @@ Status UblkServer::Stop() {
 
 Status UblkServer::HandOff() {
   {
-    std::lock_guard<std::mutex> l(ctrl_mu_);  // no UpdateSize from here on
+    MutexLock l(&ctrl_mu_);  // no UpdateSize from here on
     stopping_ = true;
   }
   if (ctrl_ == nullptr) return Status::OK();

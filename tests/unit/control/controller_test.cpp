@@ -260,6 +260,8 @@ TEST_CASE("stop asks the daemon through its hook, with delete only when told") {
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() == "stop: 'now': the only argument is delete");
   CHECK(calls == std::vector<bool>{false, true});
+}
+
 TEST_CASE("resize runs the export's growth, runs long, and is refused where serve offers none") {
   ControlRig rig;
   auto resize = ParseRequest("ubcache-ctl/1 resize");
