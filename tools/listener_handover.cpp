@@ -144,17 +144,11 @@ void KeepListeners(const std::vector<int>& fds, const std::vector<std::string>& 
   std::sort(kept.begin(), kept.end());
   char byte = 'L';
   iovec iov{&byte, 1};
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  std::vector<char> control;
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  AttachFds(&msg, &control, fds);
   const uid_t uid = geteuid();
 
   pid_t pid = fork();

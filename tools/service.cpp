@@ -19,6 +19,17 @@
 
 namespace ubcache {
 
+void AttachFds(msghdr* msg, std::vector<char>* control, const std::vector<int>& fds) {
+  control->assign(CMSG_SPACE(sizeof(int) * fds.size()), 0);
+  msg->msg_control = control->data();
+  msg->msg_controllen = control->size();
+  cmsghdr* c = CMSG_FIRSTHDR(msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+}
+
 bool NotifyServiceManager(const std::string& state, const std::vector<int>& fds) {
   const char* path = std::getenv("NOTIFY_SOCKET");
   if (!path || !*path) return false;
@@ -37,16 +48,7 @@ bool NotifyServiceManager(const std::string& state, const std::vector<int>& fds)
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   std::vector<char> control;
-  if (!fds.empty()) {
-    control.resize(CMSG_SPACE(sizeof(int) * fds.size()));
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
+  if (!fds.empty()) AttachFds(&msg, &control, fds);
   ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
   close(fd);
   return n == static_cast<ssize_t>(state.size());

@@ -9,6 +9,8 @@
 // loop's own thread, one at a time.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <functional>
 #include <string>
 #include <thread>
@@ -22,6 +24,9 @@ namespace ubcache {
 // service manager; false when none listens or the datagram could not be
 // sent.
 bool NotifyServiceManager(const std::string& state, const std::vector<int>& fds = {});
+// Attaches `fds` (non-empty) to `msg` as one SCM_RIGHTS message, in
+// `control`, which must outlive the sendmsg.
+void AttachFds(msghdr* msg, std::vector<char>* control, const std::vector<int>& fds);
 
 class ServiceLoop {
  public:
