@@ -43,6 +43,10 @@ const char* IoOpName(IoOp op);
 enum IoFlags : uint32_t {
   kIoFua = 1u << 0,      // write: durable before completion
   kIoNoUnmap = 1u << 1,  // write-zeroes: keep the range allocated
+  // write: arrived while a FLUSH of the device was in flight, or first after
+  // one — a sync hint the cache sets itself (BypassPolicy::MarkSyncHint);
+  // devices ignore it.
+  kIoAfterFlush = 1u << 2,
 };
 
 struct IoRequest {

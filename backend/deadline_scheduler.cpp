@@ -161,10 +161,27 @@ void DeadlineScheduler::State::Dispatch() {
       }
       return;
     }
+    // Submitted to the device below on the request's own reactor, never on
+    // the one running this Dispatch: the device completes a request on the
+    // reactor that submitted it, and a completion on another reactor's ring
+    // (or a spindle model's timer there) waits until that reactor runs
+    // again. Dispatch often runs in the completion of someone else's
+    // request — the writeback thread's, whose reactor then sleeps until its
+    // next pass — and a client write left on that ring held its range from
+    // writeback, which in flush order kept the next pass from ever running
+    // the ring: a hang with every thread idle (120-writeback-crash). The
+    // origin waits for its completion, so it runs (as for the timer above).
     Pending* raw = p.release();
-    lower->Submit(raw->req, [self = shared_from_this(), raw](Status st) {
-      self->Finish(std::unique_ptr<Pending>(raw), std::move(st));
-    });
+    Callback<void()> submit = [self = shared_from_this(), raw] {
+      self->lower->Submit(raw->req, [self, raw](Status st) {
+        self->Finish(std::unique_ptr<Pending>(raw), std::move(st));
+      });
+    };
+    if (raw->origin == Reactor::Current()) {
+      submit();
+    } else {
+      raw->origin->Post(std::move(submit));
+    }
   }
 }
 

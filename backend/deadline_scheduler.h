@@ -35,9 +35,12 @@
 // Reordering requests that are in flight together is what any device may do
 // (BlockDevice promises no order between them).
 //
-// Completions run on the reactor that submitted, as BlockDevice promises: a
-// request may be dispatched from another reactor's completion, and then its
-// result is posted back.
+// Completions run on the reactor that submitted, as BlockDevice promises. A
+// request may be dispatched from another reactor's completion; it is then
+// submitted to the device below on its own reactor (Post), never on the
+// dispatching one, which may not run again for a long time (the writeback
+// thread's, asleep between passes): its completion, and a spindle model's
+// timer, would wait there. The request's own reactor waits for it, so runs.
 //
 // Thread safety: any reactor thread; one mutex guards the queues and the
 // counters. The device below is submitted to outside the lock.

@@ -7,6 +7,7 @@
 
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
+#include "util/power_domain.h"
 #include "util/size.h"
 
 namespace ubcache {
@@ -84,6 +85,7 @@ FaultDevice::FaultDevice(std::string spec, std::unique_ptr<BlockDevice> lower, F
   assert(CheckFaultConfig(config_, block_size_).ok());
   rng_ = config_.seed;
   tear_rng_ = config_.seed ^ kTearStream;
+  if (config_.drop_unflushed || config_.tear_unflushed) PowerHeldByProcess();
 }
 
 std::string FaultDevice::Describe() const {
@@ -96,6 +98,7 @@ void FaultDevice::SetConfig(FaultConfig config) {
   assert(CheckFaultConfig(config_, block_size_).ok());
   rng_ = config_.seed;
   tear_rng_ = config_.seed ^ kTearStream;
+  if (config_.drop_unflushed || config_.tear_unflushed) PowerHeldByProcess();
 }
 
 FaultConfig FaultDevice::config() const {
@@ -106,6 +109,7 @@ FaultConfig FaultDevice::config() const {
 void FaultDevice::PowerLoss() {
   MutexLock l(&mu_);
   overlay_.clear();
+  NewPowerDomain();  // what the devices' caches held is gone (util/power_domain.h)
 }
 
 uint64_t FaultDevice::injected_errors() const {

@@ -94,9 +94,18 @@ class Reactor {
   // Number of SQEs handed out and not yet completed.
   uint64_t inflight() const { return inflight_; }
 
+  // A disk read or write (UringDevice, not a socket) submitted on this ring,
+  // and its completion. While one or two are in flight, the reactor sleeps
+  // instead of spinning (SpinForWork). Reactor thread.
+  void DiskIoStarted() { disk_inflight_++; }
+  void DiskIoDone() { disk_inflight_--; }
+
  private:
   // How long a recently busy reactor polls before it sleeps (0: never).
   static constexpr uint64_t kSpinNs = 50'000;
+  // A reactor with at most this many disk I/Os in flight (and at least one)
+  // sleeps instead of spinning: its next event is the disk's.
+  static constexpr uint64_t kShallowDiskQueue = 2;
   // Polls the ring until work shows up (true) or kSpinNs pass (false).
   bool SpinForWork();
   Reactor() = default;
@@ -129,6 +138,7 @@ class Reactor {
   // When the last completion was reaped (NowNanos()); a reactor that was
   // busy a moment ago polls its ring briefly before it sleeps.
   uint64_t last_reaped_ns_ = 0;
+  uint64_t disk_inflight_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> stoppers_{0};  // Stop() calls still touching event_fd_
   std::atomic<bool> sleeping_{false};

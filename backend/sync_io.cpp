@@ -3,9 +3,12 @@
 
 #include <optional>
 
+#include "util/thread.h"
+
 namespace ubcache {
 
 Status SyncIo(BlockDevice& dev, const IoRequest& req) {
+  AssertMayBlock("SyncIo");
   Reactor* r = Reactor::Current();
   std::optional<Status> result;
   dev.Submit(req, [&result](Status st) { result = std::move(st); });

@@ -16,9 +16,9 @@ import sys
 from benchlib import cpu_of, load
 
 WORKLOADS = {  # name: (fio direction, metric, configurations)
-    "randread_4k_qd1": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "mem", "nbdkit", "null"]),
-    "randread_4k_qd32": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "mem", "nbdkit", "null"]),
-    "read_1m_qd8": ("read", "gbps", ["raw", "file", "hit", "qemu-nbd", "mem", "nbdkit", "null"]),
+    "randread_4k_qd1": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
+    "randread_4k_qd32": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
+    "read_1m_qd8": ("read", "gbps", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
     "randwrite_4k_qd32": ("write", "iops", ["raw", "wb", "mem", "nbdkit", "null"]),
     "write_1m_qd8": ("write", "gbps", ["raw", "wb", "mem", "nbdkit", "null"]),
 }
@@ -113,9 +113,20 @@ def main():
         v, rg = per_round("randread_4k_qd32", c, "raw", "iops")
         bar(28, f"4 KiB randread QD32: {name} ≥ 0.85× the raw file", v, 0.85, ge,
             times(v, rg))
+    # The experiment: the minimal io_uring responder over the same
+    # file. Where it too stays under 0.85× the raw file, this machine cannot
+    # carry a client, a server and the disk at that rate, and the bar becomes
+    # ≥ 1.25× qemu-nbd.
+    mv, mrg = per_round("randread_4k_qd32", "min", "raw", "iops")
+    limited = mv is not None and mv < 0.85
+    bar(28, "4 KiB randread QD32: the minimal io_uring responder / the raw file (under 0.85×: the machine's "
+        "limit, and the fallback bar applies)", mv, 0.85, ge, times(mv, mrg), info=True)
+    v, rg = per_round("randread_4k_qd32", "hit", "min", "iops")
+    bar(28, "4 KiB randread QD32: cache hit / the minimal io_uring responder", v, None, ge, times(v, rg), info=True)
     v, rg = per_round("randread_4k_qd32", "hit", "qemu-nbd", "iops")
-    bar(28, "4 KiB randread QD32: cache hit / qemu-nbd (the fallback bar ≥ 1.25×, which needs the issue's "
-        "experiment to apply)", v, 1.25, ge, f"{v:.2f}×" if v is not None else None, info=True)
+    bar(28, "4 KiB randread QD32: cache hit ≥ 1.25× qemu-nbd (the fallback bar" +
+        (", which applies: the minimal responder stays under 0.85× the raw file)" if limited else
+         "; not applicable in this run)"), v, 1.25, ge, times(v, rg), info=not limited)
     w = "randread_4k_qd1"
     h, rw, mm, q = (m(w, c, "p50_us") for c in ("hit", "raw", "mem", "qemu-nbd"))
     lim = rw + mm + 5 if rw is not None and mm is not None else None

@@ -18,6 +18,9 @@ struct Extent {
   uint64_t cache_offset = 0;  // byte offset of the data on the cache device
   uint8_t gen = 0;            // bucket generation when written
   bool dirty = false;         // data newer than the backing device
+  // Dirty extents: the write epoch of the data (btree/write_epoch.h), kept
+  // by every copy, clip and move; < 2^48 (the node format's room). Clean: 0.
+  uint64_t epoch = 0;
 
   uint64_t end() const { return start + len; }
   bool operator==(const Extent&) const = default;

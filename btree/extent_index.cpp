@@ -8,6 +8,7 @@
 #include "util/endian.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/thread.h"
 
 namespace ubcache {
 namespace {
@@ -129,6 +130,68 @@ class ExtentIndex::ShardLocks {
   std::vector<uint32_t> ids_;
 };
 
+// ---------------------------------------------------------------------------
+// Without I/O (see the header). The node the last call on this thread failed
+// on, for LoadMissing.
+namespace {
+struct PendingLoad {
+  const ExtentIndex* index = nullptr;
+  uint32_t shard = 0;
+  ExtentTree::MissingNode node;
+};
+thread_local PendingLoad pending_load;
+}  // namespace
+
+ExtentTree* ExtentIndex::Tree(Shard* sh) {
+  // A serving reactor's call never reads or writes a node.
+  sh->tree->set_io(!IsServingThread());
+  return sh->tree.get();
+}
+
+Status ExtentIndex::NoteMissingLocked(Shard* sh, uint32_t id, Status st) {
+  if (st.IsWouldBlock()) {
+    const ExtentTree::MissingNode& m = sh->tree->missing();
+    pending_load = m.addr == kNoNode ? PendingLoad{} : PendingLoad{this, id, m};
+    node_parks_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return st;
+}
+
+Status ExtentIndex::ProbeLocked(Shard* sh, uint32_t id, uint32_t dev, uint64_t start, uint64_t end,
+                                bool insert) {
+  ExtentTree* t = Tree(sh);
+  t->clear_missing();
+  return NoteMissingLocked(sh, id, t->Probe(dev, start, end, insert));
+}
+
+bool ExtentIndex::HasMissingNode() const { return pending_load.index == this; }
+
+void ExtentIndex::LoadMissing(Callback<void(Status)> done) {
+  PendingLoad p = pending_load;
+  pending_load = PendingLoad{};
+  if (p.index != this) {
+    done(Status::WouldBlock("extent index: no node to read (the call needs a thread that may wait)"));
+    return;
+  }
+  Shard* sh = shards_[p.shard].get();
+  uint64_t token;
+  {
+    MutexLock l(&sh->mu);
+    token = sh->tree->BeginRead(p.node.addr);
+  }
+  // Read outside every lock, on this thread's reactor; installed under the
+  // shard lock when it completes.
+  store_->ReadNodeAsync(p.node.addr, [sh, p, token, done = std::move(done)](
+                                         Status st, const uint8_t* data) mutable {
+    Status installed;
+    {
+      MutexLock l(&sh->mu);
+      installed = sh->tree->InstallRead(p.node, token, st.ok() ? data : nullptr);
+    }
+    done(st.ok() ? std::move(installed) : std::move(st));
+  });
+}
+
 ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, const Options& o)
     : store_(store),
       stripe_(stripe),
@@ -138,8 +201,10 @@ ExtentIndex::ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, co
       on_dirty_(o.on_dirty),
       check_data_(o.check_data),
       on_replayed_insert_(o.on_replayed_insert),
+      wake_writer_(o.wake_writer),
       cache_bytes_(o.cache_bytes),
-      chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]()) {  // zeros (C++20 atomics value-initialise)
+      chunk_seq_(new std::atomic<uint64_t>[kChunkSlots]()),  // zeros (C++20 atomics value-initialise)
+      chunk_writes_(new std::atomic<uint32_t>[kChunkSlots]()) {
   for (uint32_t i = 0; i < nshards; i++) {
     auto sh = std::make_unique<Shard>();
     MutexLock l(&sh->mu);
@@ -166,6 +231,7 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Create(NodeStore* store, Optio
     MutexLock l(&sh->mu);
     UB_RETURN_IF_ERROR(sh->tree->Init(ShardRoot{}));
   }
+  idx->JournalPowerDomain();
   return idx;
 }
 
@@ -197,6 +263,9 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
   std::vector<uint8_t> all;
   size_t unconfirmed = 0;
   UB_RETURN_IF_ERROR(store->ReadJournal(&all, &unconfirmed));
+  // Rule 9: a flush record follows the entries it covers, so all are known first.
+  const FlushCoverage covered =
+      ScanBackingFlushes(all, root.journal_seq, idx->set_id_, CurrentPowerDomain());
   size_t pos = 0;
   uint64_t last = root.journal_seq;
   std::vector<JournalOp> ops;
@@ -218,6 +287,7 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
       UB_WARN("extent index: journal replay ends at byte {}: seq {} after {}", pos, seq, last);
       break;
     }
+    idx->ApplyFlushCoverage(covered, seq, &ops);
     // Soft-committed and not known to be flushed: a power cut may have kept
     // this entry and lost data it points at (see Commit).
     if (pos >= unconfirmed && !idx->ConfirmOps(&ops)) {
@@ -243,12 +313,77 @@ Result<std::unique_ptr<ExtentIndex>> ExtentIndex::Open(NodeStore* store, const I
     idx->journal_seq_ = last;
     idx->generation_ = root.generation;
   }
+  idx->written_seq_ = last;
+  idx->run_first_seq_ = last + 1;
   idx->journal_bytes_ = pos;
+  if (idx->kept_on_power_) {
+    UB_INFO("extent index: kept {} clean copies an earlier run journaled before a backing flush "
+            "(no power cut since: same boot)",
+            idx->kept_on_power_);
+  }
+  idx->JournalPowerDomain();
   for (auto& sh : idx->shards_) {
     MutexLock l(&sh->mu);
     UB_RETURN_IF_ERROR(sh->error);
   }
   return idx;
+}
+
+ExtentIndex::FlushCoverage ExtentIndex::ScanBackingFlushes(const std::vector<uint8_t>& all,
+                                                           uint64_t root_seq, uint64_t set_id,
+                                                           const PowerDomain& domain) {
+  // The chain Open replays (it stops at the same places); a record in it is
+  // a fact whatever replay then does with its entry: it is journaled only
+  // after its flush completed.
+  FlushCoverage covered;
+  std::vector<JournalOp> ops;
+  uint64_t last = root_seq;
+  bool same_power = false;  // the last power-domain op named `domain`
+  for (size_t pos = 0; pos < all.size();) {
+    size_t len = 0;
+    uint64_t seq = 0;
+    if (!DecodeJournalEntry(all.data() + pos, all.size() - pos, &len, &seq, &ops, set_id).ok()) break;
+    pos += len;
+    if (seq <= root_seq && last == root_seq) continue;
+    if (seq != last + 1) break;
+    last = seq;
+    for (const JournalOp& op : ops) {
+      if (op.type == JournalOp::Type::kPowerDomain) {
+        // Entries before a run's first op were written by the run before
+        // (or the checkpoint's run, before it re-recorded its domain).
+        same_power = op.domain == domain;
+        if (same_power) covered.same_power.emplace_back(seq, seq);
+      }
+      if (op.type != JournalOp::Type::kBackingFlushed) continue;
+      uint64_t& to = covered.flushed[{op.extent.dev, op.first_seq}];
+      to = std::max(to, op.last_seq);
+    }
+    if (same_power) covered.same_power.back().second = seq;
+  }
+  return covered;
+}
+
+void ExtentIndex::ApplyFlushCoverage(const FlushCoverage& covered, uint64_t seq,
+                                     std::vector<JournalOp>* ops) {
+  bool same_power = false;
+  for (const auto& [first, last] : covered.same_power) same_power |= first <= seq && seq <= last;
+  for (JournalOp& op : *ops) {
+    if (op.type != JournalOp::Type::kInsert || !op.provisional) continue;
+    bool flushed = false;
+    for (auto it = covered.flushed.lower_bound({op.extent.dev, 0});
+         it != covered.flushed.end() && it->first.first == op.extent.dev && !flushed; ++it)
+      flushed = it->first.second <= seq && seq <= it->second;
+    op.provisional = false;
+    if (flushed) continue;
+    if (same_power) {
+      kept_on_power_++;
+      continue;
+    }
+    // The backing device may have lost the data this copy mirrors: the
+    // range reads the backing device's, whatever that is now.
+    op.type = JournalOp::Type::kInvalidate;
+    op.shard = ShardOf(op.extent.dev, op.extent.start);
+  }
 }
 
 bool ExtentIndex::ConfirmOps(std::vector<JournalOp>* ops) const {
@@ -269,8 +404,11 @@ bool ExtentIndex::ConfirmOps(std::vector<JournalOp>* ops) const {
 }
 
 Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
+  if (op.type == JournalOp::Type::kBackingFlushed || op.type == JournalOp::Type::kPowerDomain)
+    return Status::OK();  // read by ScanBackingFlushes
   const Extent& e = op.extent;
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
+  if (op.type == JournalOp::Type::kKeep || op.type == JournalOp::Type::kUnkeep) return ApplyKeptOp(op);
   if (op.type == JournalOp::Type::kInsert) {
     if (e.start / stripe_ != (e.end() - 1) / stripe_) {
       return Status::Corruption("journal: insert op crosses a stripe");
@@ -278,7 +416,7 @@ Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
     Shard* sh = shards_[ShardOf(e.dev, e.start)].get();
     MutexLock l(&sh->mu);
     std::vector<Extent> removed;
-    UB_RETURN_IF_ERROR(sh->tree->Replace(e.dev, e.start, e.end(), &e, &removed));
+    UB_RETURN_IF_ERROR(Tree(sh)->Replace(e.dev, e.start, e.end(), &e, &removed));
     AccountLocked(sh, removed, &e);
     return Status::OK();
   }
@@ -286,7 +424,7 @@ Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
   Shard* sh = shards_[op.shard].get();
   MutexLock l(&sh->mu);
   std::vector<Extent> removed;
-  UB_RETURN_IF_ERROR(sh->tree->Replace(e.dev, e.start, e.end(), nullptr, &removed));
+  UB_RETURN_IF_ERROR(Tree(sh)->Replace(e.dev, e.start, e.end(), nullptr, &removed));
   AccountLocked(sh, removed, nullptr);
   return Status::OK();
 }
@@ -312,12 +450,24 @@ void ExtentIndex::AccountLocked(Shard* sh, const std::vector<Extent>& removed, c
     const Extent& e = i < removed.size() ? removed[i] : *added;
     int64_t sign = i < removed.size() ? -1 : 1;
     AddBytes(sh->dirty_stripes, std::make_pair(e.dev, e.start / stripe_), e.len, sign);
+    AddBytes(sh->epoch_stripes, std::make_tuple(e.dev, e.epoch, e.start / stripe_), e.len, sign);
     AddBytes(sh->dirty_devs, e.dev, e.len, sign);
     if (bucket_bytes_) {
       uint64_t b = e.cache_offset / bucket_bytes_;
       AddBytes(sh->dirty_buckets, b, e.len, sign);
       if (on_dirty_) on_dirty_(b, sign * static_cast<int64_t>(e.len));
     }
+  }
+}
+
+void ExtentIndex::AccountKeptLocked(Shard* sh, const Extent& e, int64_t sign) {
+  // Dirty for the device and its bucket, but no stripe's: address-order
+  // writeback never writes a kept version.
+  AddBytes(sh->dirty_devs, e.dev, e.len, sign);
+  if (bucket_bytes_) {
+    uint64_t b = e.cache_offset / bucket_bytes_;
+    AddBytes(sh->dirty_buckets, b, e.len, sign);
+    if (on_dirty_) on_dirty_(b, sign * static_cast<int64_t>(e.len));
   }
 }
 
@@ -373,8 +523,7 @@ Status ExtentIndex::DecodeDirty(const std::vector<uint8_t>& blob) {
       if (on_dirty_) on_dirty_(b, static_cast<int64_t>(v));
     }
   }
-  if (pos != blob.size()) return bad();
-  return Status::OK();
+  return DecodeEpochs(blob, pos);
 }
 
 uint64_t ExtentIndex::DirtyBytes(uint32_t dev) {
@@ -406,11 +555,11 @@ Status ExtentIndex::MarkClean(const Extent& e, uint64_t* cleaned) {
 }
 
 Status ExtentIndex::MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved,
-                               const uint8_t* data) {
+                               const uint8_t* data, bool provisional) {
   Extent to = e;
   to.cache_offset = new_offset;
   to.gen = new_gen;
-  return ChangeIfSame(e, Change::kMove, &to, moved, data);
+  return ChangeIfSame(e, provisional ? Change::kMoveProvisional : Change::kMove, &to, moved, data);
 }
 
 Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty,
@@ -420,6 +569,12 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
   uint64_t end = start + len;
   ShardLocks locks(this, ShardsFor(dev, start, end));
+  for (uint32_t id : locks.ids()) {  // without I/O: every node first (see the header)
+    Shard* sh = shards_[id].get();
+    sh->mu.AssertHeld();
+    if (!IsServingThread()) break;
+    UB_RETURN_IF_ERROR(ProbeLocked(sh, id, dev, start, end, false));
+  }
   MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
   Status result;
   std::vector<Extent> cur, removed;
@@ -427,7 +582,9 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
     Shard* sh = shards_[id].get();
     sh->mu.AssertHeld();
     cur.clear();
-    Status st = sh->tree->Lookup(dev, start, end, &cur);
+    Status st = Tree(sh)->Lookup(dev, start, end, &cur);
+    // Kept versions are dirty data too: a write over them never bypasses.
+    if (KeptOverlapsLocked(sh, dev, start, end)) *has_dirty = true;
     for (const Extent& x : cur) {
       if (!st.ok()) break;
       if (x.dirty) {
@@ -435,7 +592,7 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
         continue;
       }
       removed.clear();
-      st = sh->tree->Replace(dev, x.start, x.end(), nullptr, &removed);
+      st = Tree(sh)->Replace(dev, x.start, x.end(), nullptr, &removed);
       JournalInvalidateLocked(sh, id, dev, x.start, x.end());
       if (removed_clean) *removed_clean += x.len;
     }
@@ -459,31 +616,36 @@ Status ExtentIndex::ChangeIfSame(const Extent& e, Change how, const Extent* to, 
   uint32_t id = ShardOf(e.dev, e.start);
   Shard* sh = shards_[id].get();
   MutexLock l(&sh->mu);
+  if (IsServingThread()) UB_RETURN_IF_ERROR(ProbeLocked(sh, id, e.dev, e.start, e.end(), false));
   std::vector<Extent> cur;
-  Status st = sh->tree->Lookup(e.dev, e.start, e.end(), &cur);
+  Status st = Tree(sh)->Lookup(e.dev, e.start, e.end(), &cur);
   for (const Extent& x : cur) {
     if (!st.ok()) break;
     if ((how == Change::kClean && !x.dirty) || x.gen != e.gen ||
         x.cache_offset - x.start != e.cache_offset - e.start)
       continue;
     Extent c = x;
-    if (how == Change::kClean) c.dirty = false;
-    if (how == Change::kMove) {
+    if (how == Change::kClean) {
+      c.dirty = false;
+      c.epoch = 0;  // clean data has no epoch
+    }
+    if (how == Change::kMove || how == Change::kMoveProvisional) {
       c.cache_offset = to->cache_offset + (x.start - e.start);
       c.gen = to->gen;
     }
     bool keep = how != Change::kRemove;
     std::vector<Extent> removed;
-    st = sh->tree->Replace(x.dev, x.start, x.end(), keep ? &c : nullptr, &removed);
+    st = Tree(sh)->Replace(x.dev, x.start, x.end(), keep ? &c : nullptr, &removed);
     // Only a removal changes what the range reads; clean and move keep the
     // bytes (so racing fills stay valid).
     if (!keep) MarkChanged(x.dev, x.start, x.end(), seq_.fetch_add(1) + 1);
     // Journaled as the new piece: replay replaces exactly this range.
     if (st.ok() && keep) {
       // A moved piece points at data just copied: checked when we have it.
-      bool checked = how == Change::kMove && data && journaled_;
+      bool moved = how == Change::kMove || how == Change::kMoveProvisional;
+      bool checked = moved && data && journaled_;
       uint64_t hash = checked ? Hash64(data + (x.start - e.start), x.len) : 0;
-      JournalInsertLocked(sh, c, checked ? &hash : nullptr);
+      JournalInsertLocked(sh, c, checked ? &hash : nullptr, how == Change::kMoveProvisional);
     } else {
       JournalInvalidateLocked(sh, id, x.dev, x.start, x.end());
     }
@@ -520,13 +682,29 @@ uint64_t ExtentIndex::ShardBudget() const {
 }
 
 void ExtentIndex::EvictLocked(Shard* sh) {
-  sh->tree->set_budget(ShardBudget());
-  Status st = sh->tree->Evict(ShardBudget());
+  ExtentTree* t = Tree(sh);
+  t->set_budget(ShardBudget());
+  Status st = t->Evict(ShardBudget());
   if (!st.ok()) {
     // The node stays resident and dirty; nothing is lost. Commit reports it.
     UB_WARN("extent index: node write-back failed: {}", st.ToString());
     if (sh->error.ok()) sh->error = st;
   }
+  // Without I/O dirty nodes stayed over budget: the writer takes them.
+  if (t->dirty_over_budget() && !writer_woken_.exchange(true) && wake_writer_) wake_writer_();
+}
+
+Status ExtentIndex::WriteOverBudget() {
+  writer_woken_.store(false);
+  Status result;
+  for (auto& shp : shards_) {
+    Shard* sh = shp.get();
+    MutexLock l(&sh->mu);
+    if (!sh->tree->dirty_over_budget()) continue;
+    Status st = Tree(sh)->Evict(ShardBudget());
+    if (!st.ok() && result.ok()) result = st;
+  }
+  return result;
 }
 
 // ---------------------------------------------------------------------------
@@ -534,33 +712,54 @@ void ExtentIndex::EvictLocked(Shard* sh) {
 // and marks its chunks while holding the shards of its range; the check runs
 // under the same shard locks, so it sees every mutation that finished before.
 
-bool ExtentIndex::ChangedSince(uint32_t dev, uint64_t start, uint64_t end, uint64_t since) const {
+namespace {
+// Whether fn(slot) holds for a chunk slot of [start, end) (stops at the first).
+template <typename Fn>
+bool AnyChunkSlot(uint32_t dev, uint64_t start, uint64_t end, Fn fn) {
   uint64_t first = start >> kChunkShift, last = (end - 1) >> kChunkShift;
   if (last - first >= kChunkSlots) {
-    for (size_t i = 0; i < kChunkSlots; i++) {
-      if (chunk_seq_[i].load() > since) return true;
-    }
+    for (size_t i = 0; i < kChunkSlots; i++)
+      if (fn(i)) return true;
     return false;
   }
-  for (uint64_t c = first; c <= last; c++) {
-    if (chunk_seq_[ChunkSlot(dev, c)].load() > since) return true;
-  }
+  for (uint64_t c = first; c <= last; c++)
+    if (fn(ChunkSlot(dev, c))) return true;
   return false;
+}
+}  // namespace
+
+bool ExtentIndex::ChangedSince(uint32_t dev, uint64_t start, uint64_t end, uint64_t since) const {
+  return AnyChunkSlot(dev, start, end, [&](size_t slot) { return chunk_seq_[slot].load() > since; });
 }
 
 void ExtentIndex::MarkChanged(uint32_t dev, uint64_t start, uint64_t end, uint64_t seq) {
-  auto mark = [&](size_t slot) {
+  AnyChunkSlot(dev, start, end, [&](size_t slot) {
     // Max, not store: a colliding slot may be marked from another shard.
     uint64_t cur = chunk_seq_[slot].load();
     while (cur < seq && !chunk_seq_[slot].compare_exchange_weak(cur, seq)) {
     }
-  };
-  uint64_t first = start >> kChunkShift, last = (end - 1) >> kChunkShift;
-  if (last - first >= kChunkSlots) {
-    for (size_t i = 0; i < kChunkSlots; i++) mark(i);
-    return;
-  }
-  for (uint64_t c = first; c <= last; c++) mark(ChunkSlot(dev, c));
+    return false;
+  });
+}
+
+void ExtentIndex::BackingWriteBegins(uint32_t dev, uint64_t start, uint64_t len) {
+  if (len == 0) return;
+  AnyChunkSlot(dev, start, start + len, [&](size_t slot) {
+    chunk_writes_[slot].fetch_add(1);
+    return false;
+  });
+}
+
+void ExtentIndex::BackingWriteEnds(uint32_t dev, uint64_t start, uint64_t len) {
+  if (len == 0) return;
+  AnyChunkSlot(dev, start, start + len, [&](size_t slot) {
+    chunk_writes_[slot].fetch_sub(1);
+    return false;
+  });
+}
+
+bool ExtentIndex::BackingWriteInFlight(uint32_t dev, uint64_t start, uint64_t end) const {
+  return AnyChunkSlot(dev, start, end, [&](size_t slot) { return chunk_writes_[slot].load() > 0; });
 }
 
 uint64_t ExtentIndex::Sequence(uint32_t, uint64_t, uint64_t) { return seq_.load(); }
@@ -576,9 +775,16 @@ Status ExtentIndex::Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vect
   for (uint32_t id : locks.ids()) {
     Shard* sh = shards_[id].get();
     sh->mu.AssertHeld();
-    if (st.ok()) st = sh->tree->Lookup(dev, start, start + len, out);
-    EvictLocked(sh);
+    if (st.ok()) {
+      ExtentTree* t = Tree(sh);
+      t->clear_missing();
+      st = NoteMissingLocked(sh, id, t->Lookup(dev, start, start + len, out));
+    }
+    // A lookup that stopped at a node not in memory evicts nothing: the
+    // nodes it passed are what its next pass needs.
+    if (!st.IsWouldBlock()) EvictLocked(sh);
   }
+  if (st.IsWouldBlock()) out->clear();
   if (locks.ids().size() > 1) {
     std::sort(out->begin(), out->end(),
               [](const Extent& a, const Extent& b) { return a.start < b.start; });
@@ -586,9 +792,10 @@ Status ExtentIndex::Lookup(uint32_t dev, uint64_t start, uint64_t len, std::vect
   return st;
 }
 
-Status ExtentIndex::Insert(const Extent& e, const uint8_t* data) {
+Status ExtentIndex::Insert(const Extent& e, const uint8_t* data, bool provisional,
+                           const EpochRule* rule) {
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
-  return Mutate(e.dev, e.start, e.end(), &e, data, nullptr, nullptr, nullptr);
+  return Mutate(e.dev, e.start, e.end(), &e, data, nullptr, nullptr, nullptr, provisional, rule);
 }
 
 Status ExtentIndex::Invalidate(uint32_t dev, uint64_t start, uint64_t len, uint64_t* removed_dirty) {
@@ -596,14 +803,15 @@ Status ExtentIndex::Invalidate(uint32_t dev, uint64_t start, uint64_t len, uint6
   return Mutate(dev, start, start + len, nullptr, nullptr, nullptr, nullptr, removed_dirty);
 }
 
-Status ExtentIndex::InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted) {
+Status ExtentIndex::InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted,
+                                      bool provisional) {
   UB_RETURN_IF_ERROR(CheckRange(e.dev, e.start, e.len));
-  return Mutate(e.dev, e.start, e.end(), &e, nullptr, &since, inserted, nullptr);
+  return Mutate(e.dev, e.start, e.end(), &e, nullptr, &since, inserted, nullptr, provisional);
 }
 
 Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert,
                            const uint8_t* data, const uint64_t* since, bool* inserted,
-                           uint64_t* removed_dirty) {
+                           uint64_t* removed_dirty, bool provisional, const EpochRule* rule) {
   // The pieces' data hashes, before any lock is taken.
   std::vector<uint64_t> hashes;
   if (insert && data && journaled_) {
@@ -617,15 +825,29 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
   std::vector<Extent> removed;
   uint64_t removed_bytes = 0;
   if (since) {
-    *inserted = !ChangedSince(dev, start, end, *since);
+    // A client write still on its way to the backing device may be in what
+    // the fill read, and not durable (rule 9): no copy of it.
+    *inserted = !ChangedSince(dev, start, end, *since) && !BackingWriteInFlight(dev, start, end);
     if (!*inserted) return Status::OK();
-  } else {
+  }
+  if (IsServingThread()) {
+    Status probed = ProbeMutationLocked(locks, dev, start, end, insert != nullptr);
+    if (!probed.ok()) {
+      if (inserted) *inserted = false;
+      return probed;
+    }
+  }
+  if (!since) {
     // Only content changes mark the range. A fill (InsertIfUnchanged) caches
     // what the backing device already holds, so concurrent fills of
     // neighbouring blocks must not make each other collide.
     MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
   }
   Status result;
+  // Read under the shard locks: two inserts into one range take their
+  // epochs in the order they change it (btree/write_epoch.h).
+  const bool dirty_rule = insert && insert->dirty && rule && rule->epoch;
+  const uint64_t epoch = dirty_rule ? rule->epoch->current() : insert ? insert->epoch : 0;
   if (insert) {
     // One piece per stripe, each into its stripe's shard.
     size_t n = 0;
@@ -638,15 +860,26 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
       piece.start = s;
       piece.len = e - s;
       piece.cache_offset = insert->cache_offset + (s - insert->start);
+      piece.epoch = piece.dirty ? epoch : 0;
       removed.clear();
-      Status st = sh->tree->Replace(dev, s, e, &piece, &removed);
+      Status st = Tree(sh)->Replace(dev, s, e, &piece, &removed);
       for (const Extent& r : removed) removed_bytes += r.len;
+      // Rule 12: an older epoch's version stays until its epoch is written
+      // back. Kept (counted in) before the tree's copy is counted out, so
+      // its bucket's dirty count never passes through zero (rule 15).
+      const bool keep = st.ok() && dirty_rule && rule->keep_older;
+      if (keep) KeepReplacedLocked(sh, removed, piece);
       AccountLocked(sh, removed, st.ok() ? &piece : nullptr);
       // A piece that failed half way is journaled as an invalidate: the
       // range may have lost its old extents, and the caller was told it is
       // not cached.
       if (st.ok()) {
-        JournalInsertLocked(sh, piece, hashes.empty() ? nullptr : &hashes[n]);
+        JournalInsertLocked(sh, piece, hashes.empty() ? nullptr : &hashes[n], provisional);
+        // The keeps after the insert op: replay replaces, then keeps.
+        if (keep) JournalReplacedLocked(sh, removed, piece);
+        // Clean data over kept versions: the backing device holds newer
+        // data than they do (rule 14).
+        if (!piece.dirty) DropKeptLocked(sh, dev, s, e);
       } else {
         JournalInvalidateLocked(sh, id, dev, s, e);
         if (result.ok()) result = st;
@@ -658,10 +891,13 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
       Shard* sh = shards_[id].get();
       sh->mu.AssertHeld();
       removed.clear();
-      Status st = sh->tree->Replace(dev, start, end, nullptr, &removed);
+      Status st = Tree(sh)->Replace(dev, start, end, nullptr, &removed);
       for (const Extent& r : removed) removed_bytes += r.len;
       AccountLocked(sh, removed, nullptr);
       JournalInvalidateLocked(sh, id, dev, start, end);
+      // The range is going to the backing device (a write-through over
+      // dirty data, a discard) or away: its kept versions are older (rule 14).
+      DropKeptLocked(sh, dev, start, end, &removed_bytes);
       if (!st.ok() && result.ok()) result = st;
     }
   }
@@ -675,6 +911,29 @@ Status ExtentIndex::Mutate(uint32_t dev, uint64_t start, uint64_t end, const Ext
   return result;
 }
 
+// Without I/O, a change first makes sure every node it touches is resident
+// (all shards, all pieces), so it never stops half way.
+Status ExtentIndex::ProbeMutationLocked(const ShardLocks& locks, uint32_t dev, uint64_t start,
+                                        uint64_t end, bool insert) {
+  if (!insert) {
+    for (uint32_t id : locks.ids()) {
+      Shard* sh = shards_[id].get();
+      sh->mu.AssertHeld();
+      UB_RETURN_IF_ERROR(ProbeLocked(sh, id, dev, start, end, false));
+    }
+    return Status::OK();
+  }
+  for (uint64_t s = start; s < end;) {
+    uint64_t e = std::min(end, (s / stripe_ + 1) * stripe_);
+    uint32_t id = ShardOf(dev, s);
+    Shard* sh = shards_[id].get();
+    sh->mu.AssertHeld();
+    UB_RETURN_IF_ERROR(ProbeLocked(sh, id, dev, s, e, true));
+    s = e;
+  }
+  return Status::OK();
+}
+
 Status ExtentIndex::ForEach(const std::function<void(const Extent&)>& fn) {
   std::vector<Extent> batch;
   for (auto& shp : shards_) {
@@ -685,7 +944,7 @@ Status ExtentIndex::ForEach(const std::function<void(const Extent&)>& fn) {
       bool done = false;
       {
         MutexLock l(&sh->mu);
-        Status st = sh->tree->Collect(from, kForEachBatch, &batch, &done);
+        Status st = Tree(sh)->Collect(from, kForEachBatch, &batch, &done);
         EvictLocked(sh);
         UB_RETURN_IF_ERROR(st);
       }
@@ -700,9 +959,28 @@ Status ExtentIndex::ForEach(const std::function<void(const Extent&)>& fn) {
 // ---------------------------------------------------------------------------
 // Journal and checkpoint
 
-void ExtentIndex::JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash) {
+void ExtentIndex::JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash,
+                                      bool provisional) {
   if (!journaled_) return;
-  AppendInsertOp(&sh->journal, piece, hash);
+  provisional = provisional && !piece.dirty;
+  AppendInsertOp(&sh->journal, piece, hash, provisional);
+  sh->journal_ops++;
+  sh->journal_provisional |= provisional;
+}
+
+void ExtentIndex::JournalBackingFlushed(uint32_t dev, uint64_t first_seq, uint64_t last_seq) {
+  if (!journaled_) return;
+  Shard* sh = shards_[0].get();  // any shard: the op names no range
+  MutexLock l(&sh->mu);
+  AppendBackingFlushedOp(&sh->journal, dev, first_seq, last_seq);
+  sh->journal_ops++;
+}
+
+void ExtentIndex::JournalPowerDomain() {
+  if (!journaled_) return;
+  Shard* sh = shards_[0].get();  // any shard: the op names no range
+  MutexLock l(&sh->mu);
+  AppendPowerDomainOp(&sh->journal, CurrentPowerDomain());
   sh->journal_ops++;
 }
 
@@ -714,7 +992,7 @@ void ExtentIndex::JournalInvalidateLocked(Shard* sh, uint32_t id, uint32_t dev, 
 }
 
 void ExtentIndex::ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken,
-                                   std::vector<uint32_t>* ops) {
+                                   std::vector<uint32_t>* ops, const std::vector<char>& provisional) {
   // Put ops that did not reach the journal back in front of newer ones, so
   // the shard's order is kept and the next Commit writes them.
   for (size_t i = 0; i < shards_.size(); i++) {
@@ -724,6 +1002,7 @@ void ExtentIndex::ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken,
     (*taken)[i].insert((*taken)[i].end(), sh->journal.begin(), sh->journal.end());
     sh->journal.swap((*taken)[i]);
     sh->journal_ops += (*ops)[i];
+    sh->journal_provisional |= provisional[i] != 0;
   }
 }
 
@@ -732,7 +1011,9 @@ Status ExtentIndex::Commit(bool soft) {
   size_t n = shards_.size();
   std::vector<std::vector<uint8_t>> taken(n);
   std::vector<uint32_t> ops(n, 0);
+  std::vector<char> provisional(n, 0);
   uint64_t nops = 0;
+  bool any_provisional = false;
   Status sticky;
   for (size_t i = 0; i < n; i++) {
     Shard* sh = shards_[i].get();
@@ -742,6 +1023,9 @@ Status ExtentIndex::Commit(bool soft) {
     taken[i].swap(sh->journal);
     ops[i] = sh->journal_ops;
     sh->journal_ops = 0;
+    provisional[i] = sh->journal_provisional;
+    any_provisional |= sh->journal_provisional;
+    sh->journal_provisional = false;
     nops += ops[i];
   }
   if (nops == 0) {
@@ -755,7 +1039,7 @@ Status ExtentIndex::Commit(bool soft) {
   std::vector<uint8_t> payload;
   for (auto& t : taken) payload.insert(payload.end(), t.begin(), t.end());
   if (payload.size() > UINT32_MAX || nops > UINT32_MAX) {
-    ReturnPendingOps(&taken, &ops);
+    ReturnPendingOps(&taken, &ops, provisional);
     return Status::Overflow("extent index: more than 4 GiB of uncommitted ops");
   }
   std::vector<uint8_t> entry =
@@ -763,11 +1047,13 @@ Status ExtentIndex::Commit(bool soft) {
   Status st = soft ? store_->AppendJournalSoft(entry.data(), entry.size())
                    : store_->AppendJournal(entry.data(), entry.size());
   if (!st.ok()) {
-    ReturnPendingOps(&taken, &ops);
+    ReturnPendingOps(&taken, &ops, provisional);
     return st;
   }
   journal_seq_++;
   journal_bytes_ += entry.size();
+  if (any_provisional) last_provisional_seq_.store(journal_seq_, std::memory_order_seq_cst);
+  written_seq_.store(journal_seq_, std::memory_order_seq_cst);
   return sticky;
 }
 
@@ -789,34 +1075,43 @@ Result<IndexRoot> ExtentIndex::Checkpoint(const PersistStateFn& persist) {
   root.shards.resize(n);
   std::vector<std::vector<uint8_t>> taken(n);
   std::vector<uint32_t> ops(n, 0);
+  std::vector<char> provisional(n, 0);
   std::vector<uint64_t> release;
   CheckpointState state;
   state.dirty.resize(8);
   StoreLE32(state.dirty.data(), kDirtyMagic);
   StoreLE32(state.dirty.data() + 4, static_cast<uint32_t>(n));
+  std::vector<uint8_t> epochs(4);  // the epoch section follows every shard's dirty section
+  StoreLE32(epochs.data(), kEpochsMagic);
   Status st;
   for (size_t i = 0; i < n && st.ok(); i++) {
     Shard* sh = shards_[i].get();
     MutexLock l(&sh->mu);
-    st = sh->tree->Flush(&root.shards[i]);
+    st = Tree(sh)->Flush(&root.shards[i]);
     if (!st.ok()) break;
     EncodeDirtyLocked(sh, &state.dirty);
+    EncodeEpochsLocked(sh, &epochs);
     // This shard's pending ops are in the snapshot; its superseded nodes
     // become free once the snapshot's root is durable.
     taken[i].swap(sh->journal);
     ops[i] = sh->journal_ops;
     sh->journal_ops = 0;
-    std::vector<uint64_t> freed = sh->tree->CheckpointTaken();
+    // Provisional inserts among them: the persist hook's backing flush
+    // covers them before the root is durable (rule 9).
+    provisional[i] = sh->journal_provisional;
+    sh->journal_provisional = false;
+    std::vector<uint64_t> freed = Tree(sh)->CheckpointTaken();
     release.insert(release.end(), freed.begin(), freed.end());
     EvictLocked(sh);
   }
+  state.dirty.insert(state.dirty.end(), epochs.begin(), epochs.end());
   root.journal_seq = journal_seq_;
   root.generation = generation_ + 1;
   state.superseded = release;
   state.superseded.insert(state.superseded.end(), release_.begin(), release_.end());
   if (st.ok() && persist) st = persist(root, state);
   if (!st.ok()) {
-    ReturnPendingOps(&taken, &ops);
+    ReturnPendingOps(&taken, &ops, provisional);
     release_.insert(release_.end(), release.begin(), release.end());
     return st;
   }
@@ -825,6 +1120,9 @@ Result<IndexRoot> ExtentIndex::Checkpoint(const PersistStateFn& persist) {
   // replay skips them by sequence number.
   st = store_->TrimJournal();
   if (st.ok()) journal_bytes_ = 0;
+  // The trimmed entries held this run's power-domain op; the next entry
+  // (commit_mu_ is held: none is written before it) records it again.
+  JournalPowerDomain();
   if (persist) {
     release_.insert(release_.end(), release.begin(), release.end());
     for (uint64_t a : release_) store_->FreeNode(a);
@@ -849,6 +1147,7 @@ ExtentIndex::Stats ExtentIndex::stats() const {
     s.node_writes += c.node_writes.load(std::memory_order_relaxed);
   }
   s.journal_bytes = journal_bytes_.load(std::memory_order_relaxed);
+  s.node_parks = node_parks_.load(std::memory_order_relaxed);
   return s;
 }
 

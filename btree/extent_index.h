@@ -18,9 +18,27 @@
 // lock is held only to swap its pending ops out, or, in Checkpoint, to write
 // that shard's dirty nodes). stats() takes no lock.
 // Lock order: commit_mu_, then shard mutexes in ascending index; under a
-// shard mutex the NodeStore (node reads, eviction writes, allocations) and
-// Options::on_dirty run, so they may take their own locks but must never
-// call back into the index.
+// shard mutex the NodeStore (node reads and eviction writes off serving
+// reactors, allocations) and Options::on_dirty and wake_writer run, so they
+// may take their own locks but must never call back into the index. A node
+// read without I/O (LoadMissing) runs under no lock.
+//
+// Without I/O. On a serving reactor (util/thread.h: IsServingThread) no call
+// reads or writes a node, and no shard lock is held across I/O: a call that
+// needs a node not in memory changes nothing and returns WouldBlock (as
+// bcache's cache_lookup returns -EAGAIN, to be run again). The caller then
+// calls LoadMissing(done) on the same thread: it reads that node on the
+// thread's reactor, puts it in place when the read completes, and calls
+// done there; the caller runs its call again (each pass may find the next
+// level missing). A change first probes every node it will touch (shards,
+// pieces), so it fails before anything changed or not at all; a change of
+// more than 1024 extents in one shard cannot be made that way (the nodes
+// it needs may not fit the budget): WouldBlock with no node to read
+// (HasMissingNode() false), and the caller makes it on a thread that may
+// wait. Eviction on a serving reactor drops clean nodes only; a dirty node
+// over budget waits for WriteOverBudget, which Options::wake_writer asks a
+// thread that may wait to call. Any other thread reads and writes nodes
+// synchronously, as before.
 //
 // Durability. Every mutation is applied in memory and appended to its shard's
 // pending journal ops (unless Options::journaled is false); Commit() writes all pending ops as one checksummed,
@@ -37,12 +55,16 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "btree/extent.h"
 #include "btree/extent_tree.h"
 #include "btree/journal_format.h"
 #include "btree/node_store.h"
+#include "btree/write_epoch.h"
+#include "util/callback.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
 
@@ -94,6 +116,10 @@ class ExtentIndex {
     // the tree's alone; Commit then writes nothing, and Open would replay
     // no entry of this index's.
     bool journaled = true;
+    // Called (under a shard lock, at most once until WriteOverBudget runs)
+    // when an eviction on a serving reactor left dirty nodes over budget:
+    // it should make a thread that may wait call WriteOverBudget().
+    std::function<void()> wake_writer;
   };
   // What a checkpoint hands to persist besides the root: node addresses the
   // new root no longer reaches (freed once it is durable), and the dirty
@@ -122,7 +148,18 @@ class ExtentIndex {
   // Inserts e, trimming or splitting whatever it overlaps. With `data` (e.len
   // bytes, what e's cache location holds), the insert is journaled checked:
   // each piece carries the hash of its data, so it may be committed soft.
-  Status Insert(const Extent& e, const uint8_t* data = nullptr);
+  // With `provisional` (a clean e only; ordering rule 9, doc/design.md): e
+  // copies backing data that may not be durable on the backing device yet.
+  // It is journaled provisional: replay applies it only if a backing-flushed
+  // op of e.dev covers its entry (JournalBackingFlushed), else it replays as
+  // an invalidation of its range. A checkpoint that contains it must not
+  // become durable before a backing flush covers it (the persist hook's job).
+  // With `rule` (a dirty insert of the foreground), each piece takes the
+  // device's current epoch, read under the shard lock, and, with
+  // rule->keep_older, a dirty piece of an older epoch it replaces becomes a
+  // kept version (below) instead of being dropped.
+  Status Insert(const Extent& e, const uint8_t* data = nullptr, bool provisional = false,
+                const EpochRule* rule = nullptr);
   // Removes [start, start+len) of dev, splitting extents at the edges.
   // *removed_dirty (if given) = the dirty bytes it removed.
   Status Invalidate(uint32_t dev, uint64_t start, uint64_t len, uint64_t* removed_dirty = nullptr);
@@ -145,13 +182,43 @@ class ExtentIndex {
   // new_gen); points the parts still mapping to e's data there, dirty or
   // not as they were. *moved = bytes.
   // With `data` (e.len bytes, the copy), the moves are journaled checked.
+  // With `provisional`, clean parts are journaled provisional (see Insert).
   Status MoveIfSame(const Extent& e, uint64_t new_offset, uint8_t new_gen, uint64_t* moved,
-                    const uint8_t* data = nullptr);
+                    const uint8_t* data = nullptr, bool provisional = false);
   // GC: removes exactly the parts of e's range that still map to e's data
   // (a stale pointer), never an extent inserted there since.
   Status RemoveIfSame(const Extent& e);
-  // Dirty bytes of dev (O(shards), shard locks).
+  // Dirty bytes of dev (O(shards), shard locks), kept versions included.
   uint64_t DirtyBytes(uint32_t dev);
+
+  // Write epochs (btree/write_epoch.h; extent_index_epochs.cpp). A kept
+  // version is a dirty piece that a dirty insert of a later epoch replaced
+  // while writeback was in `flush` order: the backing device must get it,
+  // in its epoch, before anything of a later one. It is not in the tree
+  // (reads never see it) but counts as dirty (DirtyBytes, the bucket's
+  // dirty bytes: its bucket is never reclaimed) until Unkeep; journaled
+  // (keep/unkeep ops) and saved with the checkpoint's dirty state. Any
+  // change that puts other data in its range on the backing device first —
+  // Invalidate, a clean insert — drops the kept versions there (their data
+  // is older than what the backing device is getting).
+  //
+  // The newest epoch dev's dirty data or kept versions hold (0: none).
+  uint64_t NewestEpoch(uint32_t dev);
+  // The oldest epoch dev's dirty data or kept versions hold.
+  std::optional<uint64_t> OldestEpoch(uint32_t dev);
+  // Up to `max` stripes of dev, ascending, holding dirty data or kept
+  // versions of `epoch`.
+  std::vector<uint64_t> EpochStripes(uint32_t dev, uint64_t epoch, size_t max);
+  // The kept versions of (dev, epoch) starting in [start, end), by start.
+  std::vector<Extent> KeptVersions(uint32_t dev, uint64_t epoch, uint64_t start, uint64_t end);
+  // Writeback wrote `kept` (as KeptVersions returned it) and flushed the
+  // backing device: forgets it if it is still kept. *dropped = its bytes or 0.
+  Status Unkeep(const Extent& kept, uint64_t* dropped);
+  // Forgets every kept version of dev (writeback_order lba: newer dirty data
+  // of the same ranges goes back in address order anyway); returns bytes.
+  uint64_t DropKeptVersions(uint32_t dev);
+  // Calls fn for every kept version (GC counts them live), under no lock.
+  void ForEachKept(const std::function<void(const Extent&)>& fn);
   // Up to `max` stripe numbers (offset / stripe_bytes) of dev at or after
   // `from_stripe` that hold dirty data, ascending.
   std::vector<uint64_t> DirtyStripes(uint32_t dev, uint64_t from_stripe, size_t max);
@@ -164,7 +231,37 @@ class ExtentIndex {
   // hashed into a fixed table, so unrelated writes can cause a false
   // collision (the data is then just not cached), never a missed one.
   uint64_t Sequence(uint32_t dev, uint64_t start, uint64_t len);
-  Status InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted);
+  // A fill is refused too while a client write to the backing device over
+  // the range is in flight, from before it is issued (Begins) until after
+  // its completion changed the index (Ends): the fill may have read its
+  // data, which the backing device may lose (rule 9; and the copy would
+  // outlive a cut that kept the fill's entry and lost the write's). Same
+  // chunks, same false positives.
+  void BackingWriteBegins(uint32_t dev, uint64_t start, uint64_t len);
+  void BackingWriteEnds(uint32_t dev, uint64_t start, uint64_t len);
+  Status InsertIfUnchanged(const Extent& e, uint64_t since, bool* inserted,
+                           bool provisional = false);
+
+  // Rule 9's journal side (see Insert). Lock-free reads: the last entry
+  // Commit wrote — a backing flush issued after reading it covers every
+  // provisional insert in the entries up to it, whose ops were all made
+  // before it was written, so after their backing I/O completed; the first
+  // entry of this run (a flush now says nothing of what an earlier run left
+  // unflushed: a power cut in between lost it); the last entry written with
+  // a provisional insert in it (0: none).
+  uint64_t written_seq() const { return written_seq_.load(std::memory_order_seq_cst); }
+  uint64_t run_first_seq() const { return run_first_seq_; }
+  // Provisional inserts an earlier run of this power domain journaled that
+  // replay applied without a recorded backing flush: their backing data is
+  // in the device's cache or on its media, not known durable. The first
+  // checkpoint must flush the backing devices before it persists them.
+  uint64_t kept_on_power() const { return kept_on_power_; }
+  uint64_t last_provisional_seq() const {
+    return last_provisional_seq_.load(std::memory_order_seq_cst);
+  }
+  // A backing flush of `dev` that covers entries first_seq..last_seq of this
+  // run completed: a pending op, written by the next Commit.
+  void JournalBackingFlushed(uint32_t dev, uint64_t first_seq, uint64_t last_seq);
 
   // Makes every Insert/Invalidate that returned before this call durable:
   // one journal append for all of them (concurrent callers batch).
@@ -196,8 +293,21 @@ class ExtentIndex {
   // shard, by key within a shard. Concurrent changes may or may not be seen.
   Status ForEach(const std::function<void(const Extent&)>& fn);
 
+  // ---- Without I/O (see the top) ----
+  // After a call on this thread returned WouldBlock: whether it named a node
+  // to read (false: the call needs a thread that may wait).
+  bool HasMissingNode() const;
+  // Reads that node on this thread's reactor without waiting, puts it in
+  // place, and calls done (on this thread; at once if the store reads
+  // synchronously). An error: the node could not be read or decoded.
+  void LoadMissing(Callback<void(Status)> done);
+  // Writes (and evicts) the dirty nodes that evictions without I/O left
+  // over budget. Not on a serving reactor.
+  Status WriteOverBudget();
+
   struct Stats {
     uint64_t extents, nodes, cached_nodes, cached_bytes, node_reads, node_writes, journal_bytes;
+    uint64_t node_parks;  // calls that returned WouldBlock (a serving reactor's node miss)
   };
   Stats stats() const;  // lock-free, O(shards)
   void SetCacheBytes(uint64_t bytes);
@@ -211,20 +321,29 @@ class ExtentIndex {
     std::unique_ptr<ExtentTree> tree GUARDED_BY(mu);
     std::vector<uint8_t> journal GUARDED_BY(mu);  // encoded ops since the last Commit
     uint32_t journal_ops GUARDED_BY(mu) = 0;
+    bool journal_provisional GUARDED_BY(mu) = false;  // a provisional insert among them
     Status error GUARDED_BY(mu);  // a failed eviction write, reported by Commit
     // Dirty bytes of this shard's extents: by (dev, stripe), by dev, by bucket.
     std::map<std::pair<uint32_t, uint64_t>, uint64_t> dirty_stripes GUARDED_BY(mu);
     std::map<uint32_t, uint64_t> dirty_devs GUARDED_BY(mu);
     std::map<uint64_t, uint64_t> dirty_buckets GUARDED_BY(mu);
+    // Dirty bytes of the tree by (dev, epoch, stripe); kept versions by
+    // (dev, epoch, start) — in dirty_devs and dirty_buckets, not in
+    // dirty_stripes (address-order writeback does not write them).
+    std::map<std::tuple<uint32_t, uint64_t, uint64_t>, uint64_t> epoch_stripes GUARDED_BY(mu);
+    std::map<std::tuple<uint32_t, uint64_t, uint64_t>, Extent> kept GUARDED_BY(mu);
   };
   class ShardLocks;
+  static constexpr uint32_t kEpochsMagic = 0x4b454255;  // "UBEK": the checkpoint's epoch section
 
   ExtentIndex(NodeStore* store, uint32_t nshards, uint64_t stripe, const Options& o);
   uint32_t ShardOf(uint32_t dev, uint64_t offset) const;
   std::vector<uint32_t> ShardsFor(uint32_t dev, uint64_t start, uint64_t end) const;
   Status Mutate(uint32_t dev, uint64_t start, uint64_t end, const Extent* insert, const uint8_t* data,
-                const uint64_t* since, bool* inserted, uint64_t* removed_dirty);
+                const uint64_t* since, bool* inserted, uint64_t* removed_dirty,
+                bool provisional = false, const EpochRule* rule = nullptr);
   bool ChangedSince(uint32_t dev, uint64_t start, uint64_t end, uint64_t since) const;
+  bool BackingWriteInFlight(uint32_t dev, uint64_t start, uint64_t end) const;
   void MarkChanged(uint32_t dev, uint64_t start, uint64_t end, uint64_t seq);
   Status ApplyJournalOp(const JournalOp& op);
   // Counts `removed` dirty pieces out and `added` (if dirty) in.
@@ -232,21 +351,72 @@ class ExtentIndex {
       REQUIRES(sh->mu);
   void EncodeDirtyLocked(Shard* sh, std::vector<uint8_t>* out) REQUIRES(sh->mu);
   Status DecodeDirty(const std::vector<uint8_t>& blob);
-  enum class Change { kClean, kRemove, kMove };
+  // Epochs (extent_index_epochs.cpp).
+  void AccountKeptLocked(Shard* sh, const Extent& e, int64_t sign) REQUIRES(sh->mu);
+  // Counts e in before anything is counted out (rule 15, extent_index_epochs.cpp).
+  void KeepLocked(Shard* sh, const Extent& e, bool journal) REQUIRES(sh->mu);
+  void JournalKeepLocked(Shard* sh, const Extent& k) REQUIRES(sh->mu);
+  // A dirty piece an insert of `piece` removed that stays kept: an older epoch's.
+  static bool Replaced(const Extent& r, const Extent& piece);
+  // The dirty pieces an insert of `piece` removed: those of older epochs
+  // kept — called before AccountLocked counts them out of the tree (rule
+  // 15); JournalReplacedLocked journals the keeps, after the insert op.
+  void KeepReplacedLocked(Shard* sh, const std::vector<Extent>& removed, const Extent& piece) REQUIRES(sh->mu);
+  void JournalReplacedLocked(Shard* sh, const std::vector<Extent>& removed, const Extent& piece)
+      REQUIRES(sh->mu);
+  // Drops (journaled) the kept versions of dev overlapping [start, end),
+  // keeping the parts outside; *bytes += what was dropped.
+  void DropKeptLocked(Shard* sh, uint32_t dev, uint64_t start, uint64_t end, uint64_t* bytes = nullptr)
+      REQUIRES(sh->mu);
+  bool KeptOverlapsLocked(Shard* sh, uint32_t dev, uint64_t start, uint64_t end) REQUIRES(sh->mu);
+  Status ApplyKeptOp(const JournalOp& op);
+  // The checkpoint's epoch section of one shard, and its reading (format in
+  // extent_index_epochs.cpp); without one (a checkpoint from before epochs)
+  // every dirty byte is epoch 0.
+  void EncodeEpochsLocked(Shard* sh, std::vector<uint8_t>* out) REQUIRES(sh->mu);
+  Status DecodeEpochs(const std::vector<uint8_t>& blob, size_t pos);
+  enum class Change { kClean, kRemove, kMove, kMoveProvisional };
   // An unconfirmed entry's ops as replay may apply them: false when they
   // cannot be (a data check fails), see Commit.
   bool ConfirmOps(std::vector<JournalOp>* ops) const;
+  // Rule 9 at replay, gathered from the whole journal first: per (dev,
+  // first_seq) of a run, the last entry a recorded backing flush covers;
+  // and the entries written in the power domain replay runs in (between a
+  // power-domain op naming `domain` and the next power-domain op), whose
+  // provisional inserts no power cut can have undone.
+  struct FlushCoverage {
+    std::map<std::pair<uint32_t, uint64_t>, uint64_t> flushed;
+    std::vector<std::pair<uint64_t, uint64_t>> same_power;  // first..last entry
+  };
+  static FlushCoverage ScanBackingFlushes(const std::vector<uint8_t>& all, uint64_t root_seq,
+                                          uint64_t set_id, const PowerDomain& domain);
+  // Entry `seq`'s provisional inserts that no recorded flush covers become
+  // invalidations of their ranges, unless the entry was written in this
+  // power domain (counted in kept_on_power_).
+  void ApplyFlushCoverage(const FlushCoverage& covered, uint64_t seq, std::vector<JournalOp>* ops);
+  // Records the power domain this run writes in (the next Commit writes it).
+  void JournalPowerDomain();
   // The parts of e's range that still map to e's data: marked clean,
   // removed, or moved to *to's location (dirty flag kept).
   Status ChangeIfSame(const Extent& e, Change how, const Extent* to, uint64_t* changed,
                       const uint8_t* data = nullptr);
   void EvictLocked(Shard* sh) REQUIRES(sh->mu);
+  // The shard's tree, set to do I/O or not as the calling thread may.
+  ExtentTree* Tree(Shard* sh) REQUIRES(sh->mu);
+  // Passes st on; a WouldBlock's missing node is kept for LoadMissing.
+  Status NoteMissingLocked(Shard* sh, uint32_t id, Status st) REQUIRES(sh->mu);
+  Status ProbeLocked(Shard* sh, uint32_t id, uint32_t dev, uint64_t start, uint64_t end,
+                     bool insert) REQUIRES(sh->mu);
+  Status ProbeMutationLocked(const ShardLocks& locks, uint32_t dev, uint64_t start, uint64_t end,
+                             bool insert);
   // Record one op in the shard's pending journal (nothing when unjournaled).
-  void JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash) REQUIRES(sh->mu);
+  void JournalInsertLocked(Shard* sh, const Extent& piece, const uint64_t* hash,
+                           bool provisional = false) REQUIRES(sh->mu);
   void JournalInvalidateLocked(Shard* sh, uint32_t id, uint32_t dev, uint64_t start, uint64_t end)
       REQUIRES(sh->mu);
   uint64_t ShardBudget() const;
-  void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops);
+  void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops,
+                        const std::vector<char>& provisional);
 
   NodeStore* const store_;
   const uint64_t stripe_;
@@ -256,11 +426,19 @@ class ExtentIndex {
   const std::function<void(uint64_t, int64_t)> on_dirty_;
   const std::function<bool(const Extent&, uint64_t)> check_data_;
   const std::function<void(const Extent&)> on_replayed_insert_;
+  const std::function<void()> wake_writer_;
+  std::atomic<bool> writer_woken_{false};
+  std::atomic<uint64_t> node_parks_{0};
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> cache_bytes_;
   std::atomic<uint64_t> seq_{0};  // mutation sequence for InsertIfUnchanged
   std::unique_ptr<std::atomic<uint64_t>[]> chunk_seq_;  // last mutation per chunk slot
+  std::unique_ptr<std::atomic<uint32_t>[]> chunk_writes_;  // backing writes in flight per chunk slot
   std::atomic<uint64_t> journal_bytes_{0};
+  std::atomic<uint64_t> written_seq_{0};
+  std::atomic<uint64_t> last_provisional_seq_{0};
+  uint64_t run_first_seq_ = 1;  // set by Open, before any other thread sees the index
+  uint64_t kept_on_power_ = 0;  // likewise
 
   Mutex commit_mu_;  // taken before any shard mutex
   uint64_t journal_seq_ GUARDED_BY(commit_mu_) = 0;

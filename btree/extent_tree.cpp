@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <string>
 
 namespace ubcache {
 namespace {
@@ -16,6 +17,9 @@ constexpr size_t kMergeMaxDen = 4;
 // Range operations work in batches so a huge invalidate never holds more
 // than a few leaves resident at once.
 constexpr size_t kBatch = 256;
+// Without I/O a change runs its batches with nothing evicted between them;
+// Probe bounds what it may hold resident that way.
+constexpr size_t kProbeMax = 4 * kBatch;
 
 bool KeyLess(const Extent& e, ExtentKey k) { return KeyOf(e) < k; }
 
@@ -64,6 +68,10 @@ Result<std::unique_ptr<ExtentTree::Node>> ExtentTree::ReadNode(uint64_t addr, in
   counters_->node_reads++;
   DecodedNode d;
   UB_RETURN_IF_ERROR(DecodeNode(buf_.data(), node_size_, {addr, shard_, level, set_id_}, &d));
+  return MakeNode(addr, d);
+}
+
+std::unique_ptr<ExtentTree::Node> ExtentTree::MakeNode(uint64_t addr, DecodedNode& d) {
   auto n = std::make_unique<Node>();
   n->addr = addr;
   n->level = d.level;
@@ -76,13 +84,9 @@ Result<std::unique_ptr<ExtentTree::Node>> ExtentTree::ReadNode(uint64_t addr, in
   return n;
 }
 
-Result<ExtentTree::Node*> ExtentTree::LoadChild(Node* parent, size_t i) {
+ExtentTree::Node* ExtentTree::Attach(Node* parent, size_t i, std::unique_ptr<Node> node) {
   Child& c = parent->kids[i];
-  if (c.node) {
-    LruTouch(c.node.get());
-    return c.node.get();
-  }
-  UB_ASSIGN_OR_RETURN(c.node, ReadNode(c.addr, parent->level - 1));
+  c.node = std::move(node);
   Node* n = c.node.get();
   n->parent = parent;
   parent->resident_children++;
@@ -90,6 +94,103 @@ Result<ExtentTree::Node*> ExtentTree::LoadChild(Node* parent, size_t i) {
   Charge(n);
   LruTouch(n);
   return n;
+}
+
+Result<ExtentTree::Node*> ExtentTree::LoadChild(Node* parent, size_t i) {
+  Child& c = parent->kids[i];
+  if (c.node) {
+    LruTouch(c.node.get());
+    return c.node.get();
+  }
+  if (!io_) {
+    missing_ = MissingNode{c.addr, static_cast<uint8_t>(parent->level - 1), RouteKey(parent, i)};
+    return Status::WouldBlock("extent index: node " + std::to_string(c.addr) + " not in memory");
+  }
+  UB_ASSIGN_OR_RETURN(std::unique_ptr<Node> n, ReadNode(c.addr, parent->level - 1));
+  return Attach(parent, i, std::move(n));
+}
+
+ExtentTree::Node* ExtentTree::ResidentChild(Node* parent, size_t i) {
+  if (io_) {
+    auto r = LoadChild(parent, i);
+    return r.ok() ? *r : nullptr;
+  }
+  Node* n = parent->kids[i].node.get();
+  if (n) LruTouch(n);
+  return n;
+}
+
+// A key whose descent from the root reaches child i of parent: the child's
+// lowest key (child 0's is its parent's).
+ExtentKey ExtentTree::RouteKey(const Node* parent, size_t i) const {
+  while (i == 0 && parent->parent) {
+    i = IndexInParent(parent);
+    parent = parent->parent;
+  }
+  return i == 0 ? ExtentKey{0, 0} : parent->kids[i].key;
+}
+
+// ---------------------------------------------------------------------------
+// Reads without the lock (see the header)
+
+uint64_t ExtentTree::BeginRead(uint64_t addr) {
+  reading_[addr].readers++;
+  return ++read_clock_;
+}
+
+void ExtentTree::NoteWritten(uint64_t addr) {
+  auto it = reading_.find(addr);
+  if (it != reading_.end()) it->second.written_at = ++read_clock_;
+}
+
+// The resident node at `level` + 1 with a non-resident child at `addr`:
+// along `route` first, else any (the route may have moved under a split or
+// merge since the read began), else null.
+ExtentTree::Node* ExtentTree::FindParentOf(uint64_t addr, uint8_t level, ExtentKey route) {
+  auto holds = [&](Node* p) {
+    for (const Child& c : p->kids)
+      if (c.addr == addr && !c.node) return true;
+    return false;
+  };
+  Node* n = root_.get();
+  while (n && n->level > level + 1 && !n->kids.empty()) n = n->kids[ChildIndex(n, route)].node.get();
+  if (n && n->level == level + 1 && holds(n)) return n;
+  std::vector<Node*> todo{root_.get()};
+  while (!todo.empty()) {
+    Node* p = todo.back();
+    todo.pop_back();
+    if (p->level == level + 1) {
+      if (holds(p)) return p;
+      continue;
+    }
+    if (p->level <= level + 1 || p->resident_children == 0) continue;
+    for (Child& c : p->kids)
+      if (c.node) todo.push_back(c.node.get());
+  }
+  return nullptr;
+}
+
+// Ordering rule 10 (doc/design.md): a node read without the lock goes in
+// only if no write reached its address since the read began, and only
+// under a resident parent that still points there with no copy of it.
+Status ExtentTree::InstallRead(const MissingNode& m, uint64_t token, const uint8_t* data) {
+  auto it = reading_.find(m.addr);
+  assert(it != reading_.end() && "InstallRead without BeginRead");
+  bool written = it->second.written_at > token;
+  if (--it->second.readers == 0) reading_.erase(it);
+  if (written || !data) return Status::OK();
+  Node* parent = FindParentOf(m.addr, m.level, m.route);
+  if (!parent) return Status::OK();
+  counters_->node_reads++;
+  DecodedNode d;
+  UB_RETURN_IF_ERROR(DecodeNode(data, node_size_, {m.addr, shard_, m.level, set_id_}, &d));
+  for (size_t i = 0; i < parent->kids.size(); i++) {
+    if (parent->kids[i].addr == m.addr && !parent->kids[i].node) {
+      Attach(parent, i, MakeNode(m.addr, d));
+      break;
+    }
+  }
+  return Status::OK();
 }
 
 void ExtentTree::Charge(Node* n) {
@@ -180,6 +281,7 @@ Status ExtentTree::WriteBack(Node* n) {
     EncodeInternalNode(buf_.data(), node_size_, n->level, shard_, write_seq_, addr, refs,
                        set_id_);
   }
+  NoteWritten(addr);  // rule 10 (doc/design.md): a read of addr begun before this write is stale
   Status st = store_->WriteNode(addr, buf_.data());
   if (!st.ok()) {
     if (cow) store_->FreeNode(addr);  // nobody references it
@@ -201,12 +303,21 @@ Status ExtentTree::WriteBack(Node* n) {
 }
 
 Status ExtentTree::Evict(uint64_t budget) {
+  // Without I/O, once dirty nodes are what is left over budget, nothing
+  // more is done until the writer has run (each pass would walk them all).
+  if (!io_ && dirty_over_budget_) return Status::OK();
+  dirty_over_budget_ = false;
   while (counters_->cached_bytes > budget) {
     // The coldest node with no resident children; internal nodes stay until
     // their children have gone.
+    // Without I/O, dirty nodes stay: the writer with I/O takes them.
     Node* victim = lru_tail_;
-    while (victim && victim->resident_children > 0) victim = victim->lru_prev;
-    if (!victim) break;
+    while (victim && (victim->resident_children > 0 || (!io_ && victim->dirty)))
+      victim = victim->lru_prev;
+    if (!victim) {
+      if (!io_) dirty_over_budget_ = true;
+      break;
+    }
     if (victim->dirty) UB_RETURN_IF_ERROR(WriteBack(victim));
     Node* p = victim->parent;
     size_t i = IndexInParent(victim);
@@ -331,6 +442,24 @@ Status ExtentTree::Lookup(uint32_t dev, uint64_t start, uint64_t end, std::vecto
     out->push_back(clipped);
     UB_RETURN_IF_ERROR(Next(&c));
   }
+  return Status::OK();
+}
+
+Status ExtentTree::Probe(uint32_t dev, uint64_t start, uint64_t end, bool insert) {
+  Cursor c;
+  UB_RETURN_IF_ERROR(SeekGE({dev, start + 1}, &c));  // Replace's read phase, without the copies
+  size_t n = 0;
+  while (!c.end) {
+    const Extent& x = Cur(c);
+    if (x.dev != dev || x.start >= end) break;
+    if (++n > kProbeMax) {
+      clear_missing();
+      return Status::WouldBlock("extent index: a change of more than " + std::to_string(kProbeMax) +
+                                " extents needs a thread that may wait");
+    }
+    UB_RETURN_IF_ERROR(Next(&c));
+  }
+  if (insert) UB_RETURN_IF_ERROR(DescendToLeaf({dev, end}).status());
   return Status::OK();
 }
 
@@ -472,8 +601,7 @@ void ExtentTree::Rebalance(Node* n) {
   if (n == root_.get()) {
     // A root with one child hands the root over to it: the tree shrinks.
     while (root_->level > 0 && root_->kids.size() == 1) {
-      auto child = LoadChild(root_.get(), 0);
-      if (!child.ok()) return;  // keep the taller tree; still correct
+      if (!ResidentChild(root_.get(), 0)) return;  // keep the taller tree; still correct
       std::unique_ptr<Node> old = std::move(root_);
       root_ = std::move(old->kids[0].node);
       root_->parent = nullptr;
@@ -501,6 +629,9 @@ void ExtentTree::Rebalance(Node* n) {
   Node* p = n->parent;
   size_t i = IndexInParent(n);
   if (count == 0) {
+    // Without I/O an emptied leaf stays (see the header): the range's
+    // insert, probed to land here, must not be routed to a neighbour.
+    if (!io_ && n->level == 0) return;
     // Children are never resident in an empty internal node.
     RemoveChild(p, i);
     Rebalance(p);
@@ -508,11 +639,9 @@ void ExtentTree::Rebalance(Node* n) {
   }
   if (p->kids.size() < 2) return;
   size_t li = i > 0 ? i - 1 : i;  // merge the pair (li, li + 1)
-  auto left_r = LoadChild(p, li);
-  auto right_r = LoadChild(p, li + 1);
-  if (!left_r.ok() || !right_r.ok()) return;  // no merge; still correct
-  Node* left = *left_r;
-  Node* right = *right_r;
+  Node* left = ResidentChild(p, li);
+  Node* right = left ? ResidentChild(p, li + 1) : nullptr;
+  if (!left || !right) return;  // no merge; still correct
   if (left->count() + right->count() > cap * kMergeMaxNum / kMergeMaxDen) return;
   if (n->level == 0) {
     left->ext.insert(left->ext.end(), right->ext.begin(), right->ext.end());
@@ -539,6 +668,7 @@ Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Ext
                            std::vector<Extent>* removed_dirty) {
   std::vector<Extent> olds;
   uint64_t pos = start;
+  bool inserted = false;
   for (;;) {
     // Read phase: the next batch of overlapping extents.
     olds.clear();
@@ -568,6 +698,12 @@ Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Ext
         r.len = x.end() - end;
         r.cache_offset = x.cache_offset + (end - x.start);
         UB_RETURN_IF_ERROR(UpdateInPlace(r));
+      } else if (insert && !inserted && insert->end() == x.end()) {
+        // The insert takes x's key (an overwrite of the same blocks, the
+        // common case): one in-place update, where a delete and an insert
+        // would each shift half a leaf (~2400 extents at 64 KiB nodes).
+        UB_RETURN_IF_ERROR(UpdateInPlace(*insert));
+        inserted = true;
       } else {
         UB_RETURN_IF_ERROR(DeleteKey(KeyOf(x)));
       }
@@ -579,9 +715,11 @@ Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Ext
     }
     if (olds.size() < kBatch) break;
     pos = olds.back().end();
-    UB_RETURN_IF_ERROR(Evict(budget_));
+    // Without I/O nothing is evicted in the middle: the next batch's nodes
+    // are the ones Probe found resident.
+    if (io_) UB_RETURN_IF_ERROR(Evict(budget_));
   }
-  if (insert) {
+  if (insert && !inserted) {
     assert(insert->dev == dev && insert->start >= start && insert->end() <= end);
     UB_RETURN_IF_ERROR(InsertExtent(*insert));
   }

@@ -16,11 +16,27 @@
 // points at the new address and becomes dirty. Evictions happen only between
 // operations (Evict), never in the middle of one, so node pointers stay valid
 // within an operation.
+//
+// Without I/O (set_io(false): a serving reactor's call, extent_index.h). A
+// node that is not resident is never read: the operation fails with
+// WouldBlock before it changed anything and missing() names the node (the
+// first one met; the next pass finds the next). A change is preceded by
+// Probe, which walks every node the change will touch, so the change itself
+// meets no missing node: under it a merge with a sibling that is not
+// resident does not happen, an emptied leaf stays (removing it would route
+// the range's insert to a neighbour nobody probed), and Evict writes
+// nothing — a dirty node stays resident, over budget, until an Evict with
+// I/O (the index's background writer, or a checkpoint) writes it
+// (dirty_over_budget()). The node is read by the caller, outside the shard
+// lock, and put in place by InstallRead. A read raced by a write of the
+// same address (the node was loaded, changed and written back meanwhile)
+// is dropped: BeginRead/InstallRead keep a clock per address being read.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -80,6 +96,38 @@ class ExtentTree {
   // The budget Replace evicts to between batches of a long range operation.
   void set_budget(uint64_t bytes) { budget_ = bytes; }
 
+  // ---- Without I/O (see the top) ----
+  void set_io(bool allowed) { io_ = allowed; }
+  // A node an operation without I/O needed: `route` is a key whose descent
+  // from the root reaches it (the child's lowest key), `level` its level.
+  struct MissingNode {
+    uint64_t addr = kNoNode;
+    uint8_t level = 0;
+    ExtentKey route;
+  };
+  // The node the last operation failed on with WouldBlock (addr kNoNode
+  // when it failed for another reason: a range too large to change without
+  // I/O, whose caller goes to a thread that may wait).
+  const MissingNode& missing() const { return missing_; }
+  void clear_missing() { missing_ = MissingNode{}; }
+  // Whether every node Replace(dev, start, end, insert? ...) touches is
+  // resident, and the range holds at most 1024 extents (a change without
+  // I/O evicts nothing until it is done, so it must stay small). OK, or
+  // WouldBlock (missing() says which node, or none when the range is too
+  // large).
+  Status Probe(uint32_t dev, uint64_t start, uint64_t end, bool insert);
+  // A read of m.addr starts: a token for InstallRead.
+  uint64_t BeginRead(uint64_t addr);
+  // The read started with `token` ended (data null: it failed). Puts the
+  // node in place if its parent is resident, still points at m.addr and has
+  // no copy of it, and no write reached m.addr since the read began; else
+  // drops it (the operation's next pass asks again). Corruption when the
+  // node was to be installed and does not decode.
+  Status InstallRead(const MissingNode& m, uint64_t token, const uint8_t* data);
+  // An Evict without I/O left dirty nodes over budget: an Evict with I/O
+  // should run (and clears it).
+  bool dirty_over_budget() const { return dirty_over_budget_; }
+
  private:
   struct Node;
   struct Child {
@@ -108,7 +156,15 @@ class ExtentTree {
   };
 
   Result<std::unique_ptr<Node>> ReadNode(uint64_t addr, int level);
+  std::unique_ptr<Node> MakeNode(uint64_t addr, DecodedNode& d);
   Result<Node*> LoadChild(Node* parent, size_t i);
+  // Without I/O: child i if resident, else null (nothing recorded: for a
+  // merge or a collapse that may simply not happen).
+  Node* ResidentChild(Node* parent, size_t i);
+  Node* Attach(Node* parent, size_t i, std::unique_ptr<Node> n);
+  ExtentKey RouteKey(const Node* parent, size_t i) const;
+  Node* FindParentOf(uint64_t addr, uint8_t level, ExtentKey route);
+  void NoteWritten(uint64_t addr);
   static size_t ChildIndex(const Node* n, ExtentKey k);
   size_t IndexInParent(const Node* n) const;
   Status SeekGE(ExtentKey k, Cursor* c);
@@ -149,6 +205,17 @@ class ExtentTree {
   // Superseded addresses that a durable root may still reach.
   std::vector<uint64_t> deferred_free_;
   std::vector<uint8_t> buf_;
+  bool io_ = true;
+  MissingNode missing_;
+  bool dirty_over_budget_ = false;
+  // Addresses being read without the lock (BeginRead): readers, and the
+  // read clock at the last write of the address.
+  struct Reading {
+    uint32_t readers = 0;
+    uint64_t written_at = 0;
+  };
+  std::unordered_map<uint64_t, Reading> reading_;
+  uint64_t read_clock_ = 0;
 };
 
 }  // namespace ubcache

@@ -1,22 +1,60 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "btree/journal_format.h"
 
+#include <algorithm>
+
 #include "util/endian.h"
 #include "util/hash.h"
 
 namespace ubcache {
 
-void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e, const uint64_t* data_hash) {
-  uint8_t b[kJournalCheckedInsertOpSize];
+namespace {
+constexpr uint8_t kEpochFlag = 0x04;
+constexpr uint8_t kProvisionalFlag = 0x80;
+}  // namespace
+
+void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e, const uint64_t* data_hash,
+                    bool provisional) {
+  uint8_t b[kJournalCheckedInsertOpSize + 8];
   b[0] = static_cast<uint8_t>(JournalOp::Type::kInsert);
   StoreLE32(b + 1, e.dev);
   StoreLE64(b + 5, e.start + e.len);
   StoreLE32(b + 13, static_cast<uint32_t>(e.len));
   StoreLE64(b + 17, e.cache_offset);
   b[25] = e.gen;
-  b[26] = (e.dirty ? 1 : 0) | (data_hash ? 2 : 0);
-  if (data_hash) StoreLE64(b + 27, *data_hash);
-  payload->insert(payload->end(), b, b + (data_hash ? kJournalCheckedInsertOpSize : kJournalInsertOpSize));
+  b[26] = (e.dirty ? 1 : 0) | (data_hash ? 2 : 0) | (e.epoch ? kEpochFlag : 0) |
+         (provisional && !e.dirty ? kProvisionalFlag : 0);
+  size_t n = kJournalInsertOpSize;
+  if (data_hash) {
+    StoreLE64(b + n, *data_hash);
+    n += 8;
+  }
+  if (e.epoch) {
+    StoreLE64(b + n, e.epoch);
+    n += 8;
+  }
+  payload->insert(payload->end(), b, b + n);
+}
+
+void AppendKeepOp(std::vector<uint8_t>* payload, const Extent& e) {
+  uint8_t b[kJournalKeepOpSize];
+  b[0] = static_cast<uint8_t>(JournalOp::Type::kKeep);
+  StoreLE32(b + 1, e.dev);
+  StoreLE64(b + 5, e.start + e.len);
+  StoreLE32(b + 13, static_cast<uint32_t>(e.len));
+  StoreLE64(b + 17, e.cache_offset);
+  b[25] = e.gen;
+  StoreLE64(b + 26, e.epoch);
+  payload->insert(payload->end(), b, b + sizeof(b));
+}
+
+void AppendUnkeepOp(std::vector<uint8_t>* payload, uint32_t dev, uint64_t epoch, uint64_t start) {
+  uint8_t b[kJournalUnkeepOpSize];
+  b[0] = static_cast<uint8_t>(JournalOp::Type::kUnkeep);
+  StoreLE32(b + 1, dev);
+  StoreLE64(b + 5, epoch);
+  StoreLE64(b + 13, start);
+  payload->insert(payload->end(), b, b + sizeof(b));
 }
 
 void AppendInvalidateOp(std::vector<uint8_t>* payload, uint32_t shard, uint32_t dev,
@@ -28,6 +66,21 @@ void AppendInvalidateOp(std::vector<uint8_t>* payload, uint32_t shard, uint32_t 
   StoreLE64(b + 7, start);
   StoreLE64(b + 15, end);
   payload->insert(payload->end(), b, b + sizeof(b));
+}
+
+void AppendBackingFlushedOp(std::vector<uint8_t>* payload, uint32_t dev, uint64_t first_seq,
+                            uint64_t last_seq) {
+  uint8_t b[kJournalBackingFlushedOpSize];
+  b[0] = static_cast<uint8_t>(JournalOp::Type::kBackingFlushed);
+  StoreLE32(b + 1, dev);
+  StoreLE64(b + 5, first_seq);
+  StoreLE64(b + 13, last_seq);
+  payload->insert(payload->end(), b, b + sizeof(b));
+}
+
+void AppendPowerDomainOp(std::vector<uint8_t>* payload, const PowerDomain& domain) {
+  payload->push_back(static_cast<uint8_t>(JournalOp::Type::kPowerDomain));
+  payload->insert(payload->end(), domain.begin(), domain.end());
 }
 
 std::vector<uint8_t> EncodeJournalEntry(uint64_t seq, uint32_t nops,
@@ -81,18 +134,38 @@ Status DecodeJournalEntry(const uint8_t* p, size_t avail, size_t* entry_len, uin
       e.gen = q[25];
       e.dirty = (q[26] & 1) != 0;
       op.checked = (q[26] & 2) != 0;
+      op.provisional = (q[26] & kProvisionalFlag) != 0;
+      const bool has_epoch = (q[26] & kEpochFlag) != 0;
       if (e.len == 0 || e.len % kIndexBlock || ext_end % kIndexBlock || ext_end < e.len ||
-          (q[26] & ~3)) {
+          (q[26] & ~(3 | kEpochFlag | kProvisionalFlag)) || (op.provisional && e.dirty)) {
         return Status::Corruption("journal: bad extent");
       }
       e.start = ext_end - e.len;
-      if (op.checked) {
-        if (end - q < (ptrdiff_t)kJournalCheckedInsertOpSize) return Status::Corruption("journal: bad op");
-        op.data_hash = LoadLE64(q + 27);
-        q += kJournalCheckedInsertOpSize;
-      } else {
-        q += kJournalInsertOpSize;
-      }
+      const ptrdiff_t size = kJournalInsertOpSize + (op.checked ? 8 : 0) + (has_epoch ? 8 : 0);
+      if (end - q < size) return Status::Corruption("journal: bad op");
+      if (op.checked) op.data_hash = LoadLE64(q + kJournalInsertOpSize);
+      if (has_epoch) e.epoch = LoadLE64(q + size - 8);
+      q += size;
+    } else if (op.type == JournalOp::Type::kKeep && end - q >= (ptrdiff_t)kJournalKeepOpSize) {
+      Extent& e = op.extent;
+      e.dev = LoadLE32(q + 1);
+      uint64_t ext_end = LoadLE64(q + 5);
+      e.len = LoadLE32(q + 13);
+      e.cache_offset = LoadLE64(q + 17);
+      e.gen = q[25];
+      e.dirty = true;
+      e.epoch = LoadLE64(q + 26);
+      if (e.len == 0 || e.len % kIndexBlock || ext_end % kIndexBlock || ext_end < e.len)
+        return Status::Corruption("journal: bad extent");
+      e.start = ext_end - e.len;
+      q += kJournalKeepOpSize;
+    } else if (op.type == JournalOp::Type::kUnkeep && end - q >= (ptrdiff_t)kJournalUnkeepOpSize) {
+      op.extent.dev = LoadLE32(q + 1);
+      op.extent.epoch = LoadLE64(q + 5);
+      op.extent.start = LoadLE64(q + 13);
+      op.extent.len = kIndexBlock;  // unused; keeps range checks of the op happy
+      if (op.extent.start % kIndexBlock) return Status::Corruption("journal: bad extent");
+      q += kJournalUnkeepOpSize;
     } else if (op.type == JournalOp::Type::kInvalidate &&
                end - q >= (ptrdiff_t)kJournalInvalidateOpSize) {
       op.shard = LoadLE16(q + 1);
@@ -104,6 +177,17 @@ Status DecodeJournalEntry(const uint8_t* p, size_t avail, size_t* entry_len, uin
       op.extent.start = s;
       op.extent.len = e - s;
       q += kJournalInvalidateOpSize;
+    } else if (op.type == JournalOp::Type::kBackingFlushed &&
+               end - q >= (ptrdiff_t)kJournalBackingFlushedOpSize) {
+      op.extent.dev = LoadLE32(q + 1);
+      op.first_seq = LoadLE64(q + 5);
+      op.last_seq = LoadLE64(q + 13);
+      if (op.last_seq < op.first_seq) return Status::Corruption("journal: bad op");
+      q += kJournalBackingFlushedOpSize;
+    } else if (op.type == JournalOp::Type::kPowerDomain &&
+               end - q >= (ptrdiff_t)kJournalPowerDomainOpSize) {
+      std::copy(q + 1, q + kJournalPowerDomainOpSize, op.domain.begin());
+      q += kJournalPowerDomainOpSize;
     } else {
       return Status::Corruption("journal: bad op");
     }

@@ -28,6 +28,35 @@ void EncodeHeader(uint8_t* buf, uint32_t node_size, uint8_t level, uint32_t coun
   StoreLE64(buf, Hash64(buf + 8, used - 8));
 }
 
+// A leaf entry's three 4 KiB-aligned values carry the epoch in their free
+// bits (node_format.h).
+constexpr uint64_t kLow12 = 0xfff;
+constexpr unsigned kOffsetHighShift = 52;
+
+struct PackedEntry {
+  uint64_t end, cache_offset;
+  uint32_t len;
+};
+
+PackedEntry PackEpoch(const Extent& e) {
+  assert(e.epoch <= kMaxEpoch && e.cache_offset < kMaxCacheOffset);
+  assert(e.start % kIndexBlock == 0 && e.len % kIndexBlock == 0 && e.cache_offset % kIndexBlock == 0);
+  PackedEntry p;
+  p.end = (e.start + e.len) | (e.epoch & kLow12);
+  p.len = static_cast<uint32_t>(e.len | ((e.epoch >> 12) & kLow12));
+  p.cache_offset = e.cache_offset | ((e.epoch >> 24) & kLow12) | (((e.epoch >> 36) & kLow12) << kOffsetHighShift);
+  return p;
+}
+
+// Splits the packed values of a version 2 entry; *epoch gets the epoch.
+void UnpackEpoch(uint64_t* end, uint64_t* len, uint64_t* cache_offset, uint64_t* epoch) {
+  *epoch = (*end & kLow12) | ((*len & kLow12) << 12) | ((*cache_offset & kLow12) << 24) |
+           ((*cache_offset >> kOffsetHighShift) << 36);
+  *end &= ~kLow12;
+  *len &= ~kLow12;
+  *cache_offset &= ~kLow12 & (kMaxCacheOffset - 1);
+}
+
 std::string Where(uint64_t addr) {
   char s[40];
   snprintf(s, sizeof(s), "btree node %#llx: ", static_cast<unsigned long long>(addr));
@@ -42,10 +71,11 @@ void EncodeLeafNode(uint8_t* buf, uint32_t node_size, uint32_t shard, uint64_t s
   uint8_t* p = buf + kNodeHeaderSize;
   for (const Extent& e : extents) {
     assert(e.len <= UINT32_MAX);
+    PackedEntry packed = PackEpoch(e);
     StoreLE32(p, e.dev);
-    StoreLE64(p + 4, e.start + e.len);
-    StoreLE32(p + 12, static_cast<uint32_t>(e.len));
-    StoreLE64(p + 16, e.cache_offset);
+    StoreLE64(p + 4, packed.end);
+    StoreLE32(p + 12, packed.len);
+    StoreLE64(p + 16, packed.cache_offset);
     p[24] = e.gen;
     p[25] = e.dirty ? 1 : 0;
     p += kLeafEntrySize;
@@ -74,13 +104,14 @@ Status DecodeNode(const uint8_t* buf, uint32_t node_size, const NodeExpectation&
   // One cascade, cheapest and most telling checks first; the checksum before
   // anything that interprets entries.
   const char* err = nullptr;
+  const uint16_t version = LoadLE16(buf + 12);
   uint8_t level = buf[14];
   uint32_t count = LoadLE32(buf + 16);
   size_t entry_size = level == 0 ? kLeafEntrySize : kInternalEntrySize;
   size_t cap = level == 0 ? LeafCapacity(node_size) : InternalCapacity(node_size);
   if (LoadLE32(buf + 8) != kNodeMagic) {
     err = "bad magic";
-  } else if (LoadLE16(buf + 12) != kNodeVersion) {
+  } else if (version != kNodeVersion && version != 1) {
     err = "bad version";
   } else if (level > kMaxLevel) {
     err = "bad level";
@@ -116,6 +147,7 @@ Status DecodeNode(const uint8_t* buf, uint32_t node_size, const NodeExpectation&
       uint64_t end = LoadLE64(p + 4);
       e.len = LoadLE32(p + 12);
       e.cache_offset = LoadLE64(p + 16);
+      if (version >= 2) UnpackEpoch(&end, &e.len, &e.cache_offset, &e.epoch);
       e.gen = p[24];
       e.dirty = (p[25] & 1) != 0;
       if (e.len == 0 || e.len % kIndexBlock != 0 || end % kIndexBlock != 0 || end < e.len ||

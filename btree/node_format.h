@@ -17,6 +17,11 @@
 //                      earlier format of the device are rejected
 //   leaf entry (26 bytes)     u32 dev, u64 end, u32 len, u64 cache_offset,
 //                             u8 gen, u8 flags (bit 0 dirty)
+//     version 2 packs the extent's 48-bit write epoch into bits the values
+//     leave free (each is a multiple of 4 KiB; a cache device < 2^52 bytes):
+//     end bits 0-11 = epoch bits 0-11, len bits 0-11 = epoch 12-23,
+//     cache_offset bits 0-11 = epoch 24-35, cache_offset bits 52-63 = epoch
+//     36-47. Version 1 nodes (written before epochs) read with epoch 0.
 //   internal entry (20 bytes) u32 dev, u64 end (lowest key of the child;
 //                             ignored for entry 0), u64 child addr
 //   the rest of the node is zero.
@@ -32,7 +37,9 @@
 namespace ubcache {
 
 inline constexpr uint32_t kNodeMagic = 0x444e4255;  // "UBND"
-inline constexpr uint16_t kNodeVersion = 1;
+inline constexpr uint16_t kNodeVersion = 2;
+inline constexpr uint64_t kMaxEpoch = (uint64_t{1} << 48) - 1;  // what a leaf entry holds
+inline constexpr uint64_t kMaxCacheOffset = uint64_t{1} << 52;
 inline constexpr size_t kNodeHeaderSize = 48;
 inline constexpr size_t kLeafEntrySize = 26;
 inline constexpr size_t kInternalEntrySize = 20;

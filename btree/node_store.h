@@ -2,7 +2,8 @@
 // NodeStore: where the extent index keeps its B-tree nodes and its journal.
 //
 // The cache layer implements it over blocks of cache-device buckets; tests use
-// MemNodeStore. Every call is synchronous. The index calls it from several
+// MemNodeStore. Every call is synchronous but ReadNodeAsync, the one call a
+// serving reactor makes (extent_index.h, "Without I/O"). The index calls it from several
 // threads at once (each shard under its own mutex, Commit/Checkpoint under the
 // index's commit mutex), so an implementation must be thread-safe.
 //
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/callback.h"
 #include "util/status.h"
 
 namespace ubcache {
@@ -41,6 +43,17 @@ class NodeStore {
   virtual void FreeNode(uint64_t addr) = 0;
   virtual Status WriteNode(uint64_t addr, const uint8_t* data) = 0;
   virtual Status ReadNode(uint64_t addr, uint8_t* data) = 0;
+  // The node's node_size() bytes, handed to `done` (valid only during the
+  // call; null with an error). A store on a real device submits the read on
+  // the calling thread's reactor and calls `done` there when it completes,
+  // without waiting; this default reads synchronously and calls `done`
+  // before returning (a store in memory, whose reads never wait).
+  using NodeReadDone = Callback<void(Status, const uint8_t* data)>;
+  virtual void ReadNodeAsync(uint64_t addr, NodeReadDone done) {
+    std::vector<uint8_t> buf(node_size());
+    Status st = ReadNode(addr, buf.data());
+    done(st, st.ok() ? buf.data() : nullptr);
+  }
   virtual Status AppendJournal(const uint8_t* data, size_t len) = 0;
   virtual Status AppendJournalSoft(const uint8_t* data, size_t len) { return AppendJournal(data, len); }
   virtual Status SyncJournal() { return Status::OK(); }

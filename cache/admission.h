@@ -42,8 +42,8 @@
 // bounded at kGhostEntries (16 KiB) however large the device.
 //
 // Thread safety: AutoCongested and SpareSpace are pure functions of
-// thread-safe inputs; GhostList has none (CachedDevice keeps it under the
-// stream detector's mutex).
+// thread-safe inputs; GhostList has none (BypassPolicy keeps it under its
+// ghost_mu_).
 #pragma once
 
 #include <array>

@@ -20,7 +20,8 @@ Status BackingSuper::Change(Fn fn) {
   MutexLock l(&mu_);
   BackingSuperblock next = sb_;
   fn(next);
-  if (next.state == sb_.state && next.set_uuid == sb_.set_uuid && next.cache_mode == sb_.cache_mode)
+  if (next.state == sb_.state && next.set_uuid == sb_.set_uuid && next.cache_mode == sb_.cache_mode &&
+      next.writeback_order == sb_.writeback_order)
     return Status::OK();  // nothing to write
   next.seq++;
   // The in-memory copy changes only once the new one is durable, so a
@@ -47,6 +48,10 @@ Status BackingSuper::Detach() {
 
 Status BackingSuper::SetCacheMode(CacheMode m) {
   return Change([m](BackingSuperblock& sb) { sb.cache_mode = m; });
+}
+
+Status BackingSuper::SetWritebackOrder(WritebackOrder o) {
+  return Change([o](BackingSuperblock& sb) { sb.writeback_order = o; });
 }
 
 Status BackingSuper::MarkDirty() {

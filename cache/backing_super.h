@@ -42,6 +42,7 @@ class BackingSuper {
   Status Attach(const Uuid& set_uuid) EXCLUDES(mu_);
   Status Detach() EXCLUDES(mu_);
   Status SetCacheMode(CacheMode m) EXCLUDES(mu_);
+  Status SetWritebackOrder(WritebackOrder o) EXCLUDES(mu_);
   Status MarkDirty() EXCLUDES(mu_);
   Status MarkClean() EXCLUDES(mu_);
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/bucket_allocator.h"
 #include "util/clock.h"
+#include "util/log.h"
 #include "util/thread.h"
 
 #include <algorithm>
@@ -108,6 +109,7 @@ bool BucketAllocator::PersistPendingLocked() {
   std::vector<std::pair<uint32_t, uint8_t>> gens;
   gens.reserve(batch.size());
   for (uint32_t b : batch) gens.emplace_back(b, buckets_[b].gen);
+  AssertMayBlock("persisting bucket generations");
   GenPersister fn = persist_gens_;
   persisting_ = true;
   mu_.Unlock();  // the journal write must not hold up Valid()/Touch()/Allocate()
@@ -117,15 +119,46 @@ bool BucketAllocator::PersistPendingLocked() {
   if (!st.ok()) {
     // Not durable: they stay pending, and are offered again next time.
     pending_.insert(pending_.end(), batch.begin(), batch.end());
+    WakeSpaceWaitersLocked();
     return false;
   }
   // A bucket's gen cannot move while pending (it is free and unreachable),
   // so the durable gen is its gen now.
   free_.insert(free_.end(), batch.begin(), batch.end());
+  WakeSpaceWaitersLocked();
   return true;
 }
 
+bool BucketAllocator::ParkForSpace(Callback<void(bool space)>&& fn) {
+  {
+    MutexLock l(&mu_);
+    if (free_.size() > o_.metadata_reserve) return false;
+    space_waiters_.push_back({Reactor::Current(), std::move(fn)});
+  }
+  WantRefill();
+  return true;
+}
+
+void BucketAllocator::WakeSpaceWaitersLocked() {
+  if (space_waiters_.empty() || persisting_) return;
+  bool space = free_.size() > o_.metadata_reserve;
+  if (!space) {
+    // Parked writes go on without space (through, or park again): said at
+    // most every 10 s, so a cache that stays out of space shows in the log.
+    uint64_t now = NowNanos();
+    if (now - no_space_logged_ns_ >= 10'000'000'000) {
+      no_space_logged_ns_ = now;
+      UB_INFO("cache: {} parked allocations woken without space: {} free (reserve {}), {} pending, {} dirty buckets",
+              space_waiters_.size(), free_.size(), o_.metadata_reserve, pending_.size(), dirty_buckets());
+    }
+  }
+  for (SpaceWaiter& w : space_waiters_)
+    w.reactor->Post([fn = std::move(w.fn), space]() mutable { fn(space); });
+  space_waiters_.clear();
+}
+
 void BucketAllocator::WaitForPersistLocked() {
+  AssertMayBlock("waiting for a generation persist");
   while (persisting_) {
     mu_.Unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -205,7 +238,10 @@ size_t BucketAllocator::Refill(ReplacementPolicy policy) {
       PersistPendingLocked();  // an earlier persist failed: try again
       return 0;
     }
-    if (want == 0) return 0;
+    if (want == 0) {
+      WakeSpaceWaitersLocked();  // nothing to journal: they look again
+      return 0;
+    }
     if (policy == ReplacementPolicy::kRandom) salt_ = rng_();
   }
   // The `want` best victims, kept in a max-heap on their key while the
@@ -247,7 +283,9 @@ size_t BucketAllocator::Refill(ReplacementPolicy policy) {
   }
   {
     MutexLock l(&mu_);
-    PersistPendingLocked();
+    // Parked allocations are woken by the persist, or here if there was
+    // nothing to persist.
+    if (!PersistPendingLocked()) WakeSpaceWaitersLocked();
   }
   return done;
 }
@@ -296,6 +334,14 @@ void BucketAllocator::StopRefill() {
 Result<uint32_t> BucketAllocator::TakeFreeLocked(bool metadata, ReplacementPolicy policy) {
   // Data may not dig into the metadata reserve.
   while (free_.size() <= (metadata ? 0 : o_.metadata_reserve)) {
+    if (persist_gens_ && IsServingThread()) {
+      // A serving reactor neither journals generations nor waits for that
+      // (see the top): reclaim (CPU only), and the refill thread journals.
+      if (pending_.empty() && !persisting_ && !ReclaimWindowLocked(policy))
+        return Status::NoSpace("cache: no bucket can be reclaimed");
+      WantRefill();
+      return Status::WouldBlock("cache: reclaimed buckets wait for their generations to be journaled");
+    }
     // Durable gens first: buckets already reclaimed, then one more window.
     if (PersistPendingLocked()) continue;
     if (persisting_) {

@@ -34,7 +34,12 @@
 // a pointer into it would look valid). With a gen persister set
 // (SetGenPersister, the cache set's journal), a reclaimed bucket waits on a
 // pending list until its new generation is durable, and only then joins
-// the free list; the only way onto the free list is reclaim. A freed
+// the free list; the only way onto the free list is reclaim. A serving
+// reactor (util/thread.h) neither journals generations nor waits for
+// another thread's journaling: its Allocate() that finds no free bucket
+// reclaims into the pending list (CPU only), wakes the refill thread to
+// journal them, and returns WouldBlock; the caller may ParkForSpace() and
+// is called back on its reactor when the journaling is done. A freed
 // metadata bucket becomes an empty data bucket (reclaimed like any other).
 // Dirty data: a bucket with dirty bytes (AddDirty, from the index's dirty
 // accounting) is never reclaimed.
@@ -65,7 +70,9 @@
 #include <thread>
 #include <vector>
 
+#include "backend/reactor.h"
 #include "cache/knobs.h"
+#include "util/callback.h"
 #include "util/clock.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
@@ -102,8 +109,24 @@ class BucketAllocator {
   ~BucketAllocator();  // stops the refill thread
 
   // `len` bytes (<= bucket size) of data space for writer `w`; NoSpace
-  // when every bucket is in use and none can be reclaimed.
+  // when every bucket is in use and none can be reclaimed. On a serving
+  // reactor, WouldBlock when reclaimed buckets wait for their generations
+  // to be journaled (see the top).
   Result<Space> Allocate(unsigned w, uint64_t len, ReplacementPolicy policy) EXCLUDES(mu_);
+  // After Allocate's WouldBlock, on a reactor thread: false when a bucket is
+  // free by now (allocate again at once); else true, and fn runs on this
+  // reactor once the refill thread's next journaling of generations (or
+  // its refill that found nothing to journal) is done — `space` says
+  // whether a bucket is free then.
+  // fn is taken only when parked (true).
+  // The wake rule: every Refill() ends by waking the parked allocations —
+  // itself, or through the persist it runs, or the one already running
+  // (which wakes them whether it succeeded or failed) — and the refill
+  // thread runs Refill at least once a second, so a parked allocation waits
+  // about a second at most, never for a bucket nobody will free. Woken
+  // without space, a write goes through unless it overlaps dirty data (then
+  // it may park again, while reclaim progresses).
+  bool ParkForSpace(Callback<void(bool space)>&& fn) EXCLUDES(mu_);
   // Every Allocate() is followed by exactly one WriteDone(space.bucket)
   // once the write of that space has completed (or failed). A bucket with
   // writes in flight is never reclaimed: a late write must not land on data
@@ -260,6 +283,14 @@ class BucketAllocator {
   // Moves pending_ to free_ once their gens are durable; drops mu_ for the I/O.
   bool PersistPendingLocked() REQUIRES(mu_);
   void WaitForPersistLocked() REQUIRES(mu_);  // drops mu_ while it waits
+  // Allocations parked by ParkForSpace, each for its own reactor.
+  struct SpaceWaiter {
+    Reactor* reactor;
+    Callback<void(bool)> fn;
+  };
+  std::vector<SpaceWaiter> space_waiters_ GUARDED_BY(mu_);
+  void WakeSpaceWaitersLocked() REQUIRES(mu_);
+  uint64_t no_space_logged_ns_ GUARDED_BY(mu_) = 0;
   std::unique_ptr<std::atomic<uint32_t>[]> dirty_;  // bytes per bucket
   std::atomic<uint64_t> dirty_buckets_{0};
   std::vector<Writer> writers_ GUARDED_BY(mu_);

@@ -69,7 +69,8 @@ BucketNodeStore::~BucketNodeStore() {
   }
 }
 
-Status BucketNodeStore::Io(const IoRequest& req) {
+Status BucketNodeStore::IoOn(BlockDevice* dev, const IoRequest& req) {
+  AssertMayBlock("synchronous node store I/O");
   struct Completion {
     Mutex mu;
     CondVar cv;
@@ -77,7 +78,7 @@ Status BucketNodeStore::Io(const IoRequest& req) {
     Status result GUARDED_BY(mu);
   } c;
   reactor_->Post([&] {
-    dev_->Submit(req, [&](Status st) {
+    dev->Submit(req, [&](Status st) {
       // Signalled under the lock: the waiter destroys `c` once it sees done.
       MutexLock l(&c.mu);
       c.result = std::move(st);
@@ -87,8 +88,8 @@ Status BucketNodeStore::Io(const IoRequest& req) {
   });
   MutexLock l(&c.mu);
   while (!c.done) c.cv.Wait(&c.mu);
-  if (req.op == IoOp::kRead) counters_.bytes_read += req.len;
-  if (req.op == IoOp::kWrite) counters_.bytes_written += req.len;
+  if (dev == dev_ && req.op == IoOp::kRead) counters_.bytes_read += req.len;
+  if (dev == dev_ && req.op == IoOp::kWrite) counters_.bytes_written += req.len;
   return c.result;
 }
 
@@ -157,6 +158,26 @@ Status BucketNodeStore::ReadNode(uint64_t addr, uint8_t* data) {
   UB_RETURN_IF_ERROR(Io({IoOp::kRead, 0, addr, o_.node_size, buf.data()}));
   std::memcpy(data, buf.data(), o_.node_size);
   return Status::OK();
+}
+
+void BucketNodeStore::ReadNodeAsync(uint64_t addr, NodeReadDone done) {
+  if (!Reactor::Current()) {
+    NodeStore::ReadNodeAsync(addr, std::move(done));
+    return;
+  }
+  Status st = CheckAddr(addr);
+  if (!st.ok()) {
+    done(std::move(st), nullptr);
+    return;
+  }
+  counters_.node_reads++;
+  auto buf = std::make_unique<AlignedBuffer>(o_.node_size);
+  uint8_t* data = buf->data();
+  dev_->Read(addr, o_.node_size, data,
+             [this, buf = std::move(buf), done = std::move(done)](Status st) mutable {
+               if (st.ok()) counters_.bytes_read += o_.node_size;
+               done(st, st.ok() ? buf->data() : nullptr);
+             });
 }
 
 std::vector<uint64_t> BucketNodeStore::AllocatedNodes() const {

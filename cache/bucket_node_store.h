@@ -15,11 +15,14 @@
 // TrimJournal resets it (through the trim hook when one is set, so that the
 // cache set can carry records over atomically with the reset).
 //
-// I/O. Every call is synchronous, and the index calls it from reactor
-// threads that serve clients (a node evicted under a lookup), where turning
-// the caller's own reactor (sync_io.h) would run other requests' callbacks
-// inside the index's locks. So the store owns one I/O thread with its own
-// reactor; a call posts its request there and waits.
+// I/O. ReadNodeAsync, the serving reactors' one call (the index's node
+// misses there, extent_index.h "Without I/O"), submits on the caller's
+// reactor and never waits. Every other call is synchronous and made by
+// threads that may wait (housekeeping, the journal and writeback threads,
+// startup); it must not turn the caller's own reactor (sync_io.h), which
+// would run other requests' callbacks inside the index's locks. So the
+// store owns one I/O thread with its own reactor; a call posts its request
+// there and waits (AssertMayBlock: never on a serving reactor).
 //
 // Thread safety: every method, from any thread (one mutex for the slot map,
 // one for the journal; I/O runs outside the slot-map lock).
@@ -75,6 +78,9 @@ class BucketNodeStore final : public NodeStore {
   void FreeNode(uint64_t addr) override EXCLUDES(mu_);
   Status WriteNode(uint64_t addr, const uint8_t* data) override;
   Status ReadNode(uint64_t addr, uint8_t* data) override;
+  // On the calling thread's reactor; synchronously (ReadNode) on a thread
+  // without one.
+  void ReadNodeAsync(uint64_t addr, NodeReadDone done) override;
   Status AppendJournal(const uint8_t* data, size_t len) override;
   Status AppendJournalSoft(const uint8_t* data, size_t len) override;
   Status SyncJournal() override { return journal_.Sync(); }
@@ -104,7 +110,10 @@ class BucketNodeStore final : public NodeStore {
 
   // Synchronous I/O on the store's thread, for the cache set's own
   // metadata (superblock, bucket table).
-  Status Io(const IoRequest& req);
+  Status Io(const IoRequest& req) { return IoOn(dev_, req); }
+  // The same on another device, through the same I/O thread (a checkpoint's
+  // backing flushes, rule 9).
+  Status IoOn(BlockDevice* dev, const IoRequest& req);
   const Counters& counters() const { return counters_; }
 
  private:

@@ -10,9 +10,14 @@ uint64_t CacheIo::piece_bytes() const {
   return set_->options().bucket_size;
 }
 
-bool CacheIo::AllocatePiece(uint64_t start, uint64_t len, bool dirty, Extent* out) {
+bool CacheIo::AllocatePiece(uint64_t start, uint64_t len, bool dirty, Extent* out, bool* wait) {
   ReplacementPolicy policy = set_->knobs().replacement.load(std::memory_order_relaxed);
   auto space = set_->buckets().Allocate(Reactor::Current()->id(), len, policy);
+  if (wait) *wait = !space.ok() && space.status().IsWouldBlock();
+  if (!space.ok() && space.status().IsWouldBlock()) {
+    space_waits_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   if (!space.ok()) {
     cache_full_bypasses_.fetch_add(1, std::memory_order_relaxed);
     return false;

@@ -32,8 +32,10 @@ class CacheIo {
   uint64_t piece_bytes() const;
   // Cache space for [start, start+len), len <= piece_bytes(), pinned until
   // ReleaseBuckets. False when the cache is full of what it cannot drop
-  // (counted in cache_full_bypasses).
-  bool AllocatePiece(uint64_t start, uint64_t len, bool dirty, Extent* out);
+  // (counted in cache_full_bypasses), or, with *wait set, when a serving
+  // reactor finds no bucket ready yet (reclaimed buckets wait for their
+  // generations to be journaled; BucketAllocator::ParkForSpace).
+  bool AllocatePiece(uint64_t start, uint64_t len, bool dirty, Extent* out, bool* wait = nullptr);
   // Writes a copy of e's data (at `data`) to the cache device: done(ok).
   // Its latency feeds congestion and service time; its error counts toward
   // io_error_limit.
@@ -46,11 +48,14 @@ class CacheIo {
   uint64_t cache_full_bypasses() const {
     return cache_full_bypasses_.load(std::memory_order_relaxed);
   }
+  // AllocatePiece calls that found no bucket ready on a serving reactor.
+  uint64_t space_waits() const { return space_waits_.load(std::memory_order_relaxed); }
 
  private:
   CacheSet* const set_;
   const uint32_t dev_;
   std::atomic<uint64_t> cache_full_bypasses_{0};
+  std::atomic<uint64_t> space_waits_{0};
 };
 
 }  // namespace ubcache

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "btree/mem_node_store.h"
+#include "cache/backing_durability.h"
 #include "cache/bucket_table.h"
 #include "backend/sync_io.h"
 #include "util/aligned_buffer.h"
@@ -126,6 +127,15 @@ ExtentIndex::Options CacheSet::IndexOptions() {
       return;
     }
     buckets_->AddDirty(static_cast<uint32_t>(bucket), delta);
+  };
+  // A serving reactor's eviction writes no node: housekeeping writes the
+  // dirty ones it left over budget (a leaf lock under a shard lock).
+  io.wake_writer = [this] {
+    {
+      MutexLock l(&hk_mu_);
+      hk_write_nodes_ = true;
+    }
+    hk_cv_.Signal();
   };
   // Replay of an unconfirmed (soft) journal entry: is the data there?
   io.check_data = [this](const Extent& e, uint64_t hash) {
@@ -379,6 +389,9 @@ Status CacheSet::WriteCheckpoint(bool clean) {
   if (!persistent_) return index_->Checkpoint().status();
   auto root = index_->Checkpoint(ExtentIndex::PersistStateFn(
       [this, clean](const IndexRoot& r, const ExtentIndex::CheckpointState& state) -> Status {
+        // Rule 9: the snapshot's nodes hold provisional clean copies without
+        // their mark; their backing data is durable before the root is.
+        UB_RETURN_IF_ERROR(FlushBackingsForCheckpoint());
         BucketTable t;
         t.set_id = set_id_;
         t.index_generation = r.generation;
@@ -420,6 +433,36 @@ Status CacheSet::WriteCheckpoint(bool clean) {
         return Status::OK();
       }));
   return root.status();
+}
+
+void CacheSet::RegisterBacking(uint32_t dev, BackingDurability* b) {
+  MutexLock l(&backing_mu_);
+  backings_.emplace_back(dev, b);
+}
+
+void CacheSet::UnregisterBacking(uint32_t dev, BackingDurability* b) {
+  MutexLock l(&backing_mu_);
+  std::erase(backings_, std::make_pair(dev, b));
+}
+
+Status CacheSet::SyncIoOn(BlockDevice* dev, const IoRequest& req) {
+  if (!disk_store_) return Status::InvalidArgument("cache set: no I/O thread (not formatted)");
+  return disk_store_->IoOn(dev, req);
+}
+
+Status CacheSet::FlushBackingsForCheckpoint() {
+  MutexLock l(&backing_mu_);
+  for (const auto& [dev, b] : backings_) UB_RETURN_IF_ERROR(b->FlushForCheckpoint());
+  return Status::OK();
+}
+
+bool CacheSet::CleanCopyDurable(uint32_t dev) {
+  MutexLock l(&backing_mu_);
+  for (const auto& [d, b] : backings_)
+    if (d == dev) return b->CleanCopyDurable();
+  // Not served in this run: no write of this run reached it, and replay
+  // dropped every copy an earlier run had not made durable.
+  return true;
 }
 
 void CacheSet::CommitAsync(IoDone done, bool soft) {
@@ -591,6 +634,11 @@ Result<uint64_t> CacheSet::RunGc(bool force_moving) {
   });
   if (!st.ok()) return st;
   if (!drop_status.ok()) return drop_status;
+  // Kept versions (write epochs, rule 12) are live until written back: not
+  // in the tree, but their buckets hold data the backing device still needs.
+  index_->ForEachKept([&](const Extent& e) {
+    if (buckets.Valid(e.cache_offset, e.gen)) live[buckets.BucketOf(e.cache_offset)] += static_cast<uint32_t>(e.len);
+  });
   buckets.MarkGcDone(gens);
   Status mst = MovingGc(live, force_moving);
   if (!mst.ok()) UB_WARN("cache moving gc: {}", mst.ToString());
@@ -636,7 +684,9 @@ Status CacheSet::MovingGc(std::vector<uint32_t>& live, bool force) {
     if (st.ok()) {
       uint64_t n = 0;
       // Checked: a soft commit may carry the move (see ExtentIndex::Commit).
-      st = index_->MoveIfSame(e, space->cache_offset, space->gen, &n, buf.data());
+      // Rule 9: a clean copy moved is as durable as its backing data now.
+      st = index_->MoveIfSame(e, space->cache_offset, space->gen, &n, buf.data(),
+                              !e.dirty && !CleanCopyDurable(e.dev));
       moved += n ? 1 : 0;
       bytes += n;
     } else {
@@ -661,22 +711,54 @@ Status CacheSet::MovingGc(std::vector<uint32_t>& live, bool force) {
 
 void CacheSet::Housekeeping() {
   uint64_t ticks = 0;
+  auto next_tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   MutexLock l(&hk_mu_);
-  while (!hk_stop_) {
-    hk_cv_.WaitFor(&hk_mu_, std::chrono::seconds(1));
-    if (hk_stop_) break;
-    hk_mu_.Unlock();  // GC and decay run without it: StopHousekeeping may signal meanwhile
-    BucketAllocator::Usage u = buckets_->usage();
-    bool short_of_space = u.free * kMovingGcFreeDivisor < u.buckets - u.reserved &&
-                          ticks % kMovingGcEverySeconds == 0;  // moving GC's turn
-    if (buckets_->MaxGenLead() >= BucketAllocator::kMaxGenLead / 2 || short_of_space) {
-      auto dropped = RunGc();
-      if (!dropped.ok()) UB_WARN("cache gc: {}", dropped.status().ToString());
+  for (;;) {
+    if (!hk_write_nodes_ && hk_jobs_.empty() && !hk_stop_) hk_cv_.WaitUntil(&hk_mu_, next_tick);
+    std::vector<Callback<void()>> jobs;
+    jobs.swap(hk_jobs_);
+    bool stop = hk_stop_;
+    bool write_nodes = hk_write_nodes_;
+    hk_write_nodes_ = false;
+    bool tick = !stop && std::chrono::steady_clock::now() >= next_tick;
+    hk_mu_.Unlock();  // the work runs without it: StopHousekeeping may signal meanwhile
+    for (auto& job : jobs) job();  // even when stopping: each answers a request
+    if (stop) {
+      hk_mu_.Lock();
+      break;
     }
-    // bcache ages priorities so that LRU means "least recently used".
-    if (++ticks % 30 == 0) buckets_->DecayPriorities();
+    if (write_nodes) {
+      // Index nodes that serving reactors could not write (ExtentIndex,
+      // "Without I/O").
+      Status st = index_->WriteOverBudget();
+      if (!st.ok()) UB_WARN("cache index: writing nodes over budget: {}", st.ToString());
+    }
+    if (tick) {
+      next_tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      HousekeepingTick(ticks++);
+    }
     hk_mu_.Lock();
   }
+}
+
+void CacheSet::RunMayWait(Callback<void()> fn) {
+  {
+    MutexLock l(&hk_mu_);
+    hk_jobs_.push_back(std::move(fn));
+  }
+  hk_cv_.Signal();
+}
+
+void CacheSet::HousekeepingTick(uint64_t tick) {
+  BucketAllocator::Usage u = buckets_->usage();
+  bool short_of_space = u.free * kMovingGcFreeDivisor < u.buckets - u.reserved &&
+                        tick % kMovingGcEverySeconds == 0;  // moving GC's turn
+  if (buckets_->MaxGenLead() >= BucketAllocator::kMaxGenLead / 2 || short_of_space) {
+    auto dropped = RunGc();
+    if (!dropped.ok()) UB_WARN("cache gc: {}", dropped.status().ToString());
+  }
+  // bcache ages priorities so that LRU means "least recently used".
+  if ((tick + 1) % 30 == 0) buckets_->DecayPriorities();
 }
 
 }  // namespace ubcache

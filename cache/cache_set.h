@@ -35,14 +35,17 @@
 //
 // Threads: any method from any thread, except CommitAsync (a serving
 // reactor). The set runs the journal thread (JournalLoop) and housekeeping
-// (GC, priority decay); the allocator runs its refill thread.
-// Lock order, outermost first: gc_mu_; ckpt_mu_; the index's (its commit
-// mutex, then shard mutexes; undirty_mu_ is taken under a shard, from the
+// (GC, priority decay, the index nodes serving reactors left dirty over
+// budget); the allocator runs its refill thread.
+// Lock order, outermost first: gc_mu_; ckpt_mu_; the index's commit mutex;
+// backing_mu_ (a checkpoint's backing flushes, which may journal a record);
+// the index's shard mutexes (undirty_mu_ is taken under a shard, from the
 // dirty accounting, and nothing under it); the node store's slot map and
 // the allocator's lock (a node allocation under a shard); dev_mu_; gen_mu_;
 // then the Journal's lock, jmu_ and sb_mu_ (each taken under gen_mu_ when a
 // checkpoint switches journals or a gens append finds the journal full).
-// hk_mu_ is a leaf held only around housekeeping's wait.
+// hk_mu_ is a leaf: housekeeping's wait, and RunMayWait and the index's
+// wake_writer (under a shard lock) queueing work for it.
 #pragma once
 
 #include <atomic>
@@ -66,6 +69,8 @@
 #include "util/thread_annotations.h"
 
 namespace ubcache {
+
+class BackingDurability;
 
 class CacheSet {
  public:
@@ -104,6 +109,16 @@ class CacheSet {
   // (their dirty bytes with them), a bounded step at a time so no index
   // shard is held for long; Commit() makes it durable.
   Status DropDevice(uint32_t dev, uint64_t size);
+
+  // Rule 9 (cache/backing_durability.h): each cached device's view of its
+  // backing device's volatile cache, which a checkpoint flushes before its
+  // superblock write when a provisional clean copy is not yet covered, and
+  // which moving GC asks whether a clean copy it moves is durable.
+  void RegisterBacking(uint32_t dev, BackingDurability* b) EXCLUDES(backing_mu_);
+  void UnregisterBacking(uint32_t dev, BackingDurability* b) EXCLUDES(backing_mu_);
+  // Synchronous I/O on `dev` from any thread that is not a reactor (the
+  // node store's I/O thread runs it). Persistent sets only.
+  Status SyncIoOn(BlockDevice* dev, const IoRequest& req);
 
   // Fences (doc/format.md §2): backing devices that lost their ownership
   // while this set served them (rbd: another client broke the image's lock).
@@ -176,6 +191,10 @@ class CacheSet {
   Result<uint64_t> RunGc(bool force_moving = false) EXCLUDES(gc_mu_);
   uint64_t gc_runs() const { return gc_runs_.load(std::memory_order_relaxed); }
   uint64_t moving_gc_bytes() const { return moving_gc_bytes_.load(std::memory_order_relaxed); }
+  // Runs fn soon on housekeeping, a thread that may wait: for the rare index
+  // change a serving reactor cannot make without I/O (index_call.h). Any
+  // thread; fn runs even when housekeeping is stopping.
+  void RunMayWait(Callback<void()> fn) EXCLUDES(hk_mu_);
 
  private:
   CacheSet(BlockDevice* cache_dev, Options o) : cache_dev_(cache_dev), o_(o) {}
@@ -189,6 +208,10 @@ class CacheSet {
   Status PersistGens(const std::vector<std::pair<uint32_t, uint8_t>>& gens) EXCLUDES(gen_mu_);
   // Takes ckpt_mu_ (one checkpoint at a time) and writes the checkpoint.
   Status WriteCheckpoint(bool clean) EXCLUDES(gen_mu_, ckpt_mu_);
+  // Rule 9, a checkpoint's step before its superblock write.
+  Status FlushBackingsForCheckpoint() EXCLUDES(backing_mu_);
+  // Whether a clean copy of `dev`'s data may be journaled as durable now.
+  bool CleanCopyDurable(uint32_t dev) EXCLUDES(backing_mu_);
   // RunGc's second half (see there); `live` is updated for the moved buckets.
   Status MovingGc(std::vector<uint32_t>& live, bool force) REQUIRES(gc_mu_);
   static constexpr uint64_t kMovingGcFreeDivisor = 4;  // runs while free < 1/4 of the buckets
@@ -210,6 +233,8 @@ class CacheSet {
   void StartThreads();  // the allocator's refill thread and housekeeping
   void StopHousekeeping() EXCLUDES(hk_mu_);
   void Housekeeping() EXCLUDES(hk_mu_);
+  // Once a second: GC when due, priority decay every 30th.
+  void HousekeepingTick(uint64_t tick);
 
   BlockDevice* cache_dev_;
   Options o_;
@@ -253,11 +278,17 @@ class CacheSet {
   std::atomic<uint64_t> io_errors_{0};
   std::atomic<uint64_t> moving_gc_bytes_{0};
   std::atomic<bool> failed_{false};
+  // Taken under the index's commit mutex (a checkpoint's persist step),
+  // and with nothing else held; only the index's shard mutexes under it.
+  Mutex backing_mu_;
+  std::vector<std::pair<uint32_t, BackingDurability*>> backings_ GUARDED_BY(backing_mu_);
   Mutex gc_mu_;  // one GC at a time
   std::atomic<uint64_t> gc_runs_{0};
   Mutex hk_mu_;
   CondVar hk_cv_;
   bool hk_stop_ GUARDED_BY(hk_mu_) = false;
+  bool hk_write_nodes_ GUARDED_BY(hk_mu_) = false;  // ExtentIndex::Options::wake_writer
+  std::vector<Callback<void()>> hk_jobs_ GUARDED_BY(hk_mu_);  // RunMayWait
   std::thread hk_;
 };
 

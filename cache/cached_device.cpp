@@ -2,7 +2,9 @@
 #include "cache/cached_device.h"
 
 #include <algorithm>
+#include <memory>
 
+#include "cache/index_call.h"
 #include "cache/request_timing.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -38,6 +40,7 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
       ranges_(spec_, set, dev_index),
       cache_io_(set, dev_index),
       bypass_(set, dev_index, &backing_time_),
+      durability_(spec_, set, dev_index, backing),
       ctx_{.spec = spec_,
            .set = set,
            .dev = dev_index,
@@ -47,15 +50,18 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
            .backing_time = &backing_time_,
            .activity = &activity_,
            .ranges = &ranges_,
-           .cache_io = &cache_io_},
+           .cache_io = &cache_io_,
+           .durability = &durability_,
+           .epoch = &epoch_},
       flush_(ctx_),
       read_(ctx_, &bypass_),
-      write_through_(ctx_, &flush_),
+      write_through_(ctx_),
       dirty_write_(ctx_, &handshake_, &write_through_,
                    [this](const IoRequest& req, IoDone done, bool dropped_clean, bool dirty_refused) {
                      DoWrite(req, std::move(done), dropped_clean, dirty_refused);
                    }),
-      discard_(ctx_, &flush_) {
+      discard_(ctx_) {
+  epoch_.StartAfter(set_->index().NewestEpoch(dev_));
   if (super_ && set_->persistent() && !backing->read_only()) {
     writeback_ = std::make_unique<Writeback>(Writeback::Parts{.spec = spec_,
                                                               .set = set_,
@@ -66,7 +72,8 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
                                                               .handshake = &handshake_,
                                                               .activity = &activity_,
                                                               .backing_time = &backing_time_,
-                                                              .host = this});
+                                                              .host = this,
+                                                              .durability = &durability_});
     writeback_->Start();
     can_writeback_ = true;
   }
@@ -172,8 +179,19 @@ void CachedDevice::DoSubmit(const IoRequest& req, IoDone client) {
     // A read here is detached (the hot path above took the rest): the index
     // is not ours to read.
     case IoOp::kRead: backing_->Submit(req, std::move(done)); return;
-    case IoOp::kWrite: DoWrite(req, std::move(done)); return;
-    case IoOp::kFlush: flush_.Flush(std::move(done)); return;
+    case IoOp::kWrite: {
+      IoRequest write = req;
+      bypass_.MarkSyncHint(&write.flags);  // once, at arrival: DoWrite may run again
+      DoWrite(write, std::move(done));
+      return;
+    }
+    case IoOp::kFlush:
+      bypass_.FlushArrived();
+      flush_.Flush([this, done = std::move(done)](Status st) mutable {
+        bypass_.FlushAnswered();
+        done(std::move(st));
+      });
+      return;
     case IoOp::kDiscard:
     case IoOp::kWriteZeroes: discard_.Discard(req, std::move(done)); return;
   }
@@ -195,10 +213,20 @@ void CachedDevice::DoPrefetch(uint64_t offset, uint64_t len, IoDone client) {
 void CachedDevice::WriteFailedCache(const IoRequest& req, IoDone done) {
   // The backing device alone; afterwards the range's extents (dirty ones
   // included: the backing device now has newer data) are dropped.
+  durability_.WriteIssuing(req.offset, req.len);
   backing_->Submit(req, [this, req, done = std::move(done)](Status st) mutable {
-    flush_.BackingWriteDone();
-    if (st.ok()) (void)set_->index().Invalidate(dev_, req.offset, req.len);
-    done(std::move(st));
+    durability_.WriteDone();
+    if (!st.ok()) {
+      durability_.WriteSettled(req.offset, req.len);
+      done(std::move(st));
+      return;
+    }
+    CallIndex(
+        set_, [this, req] { return set_->index().Invalidate(dev_, req.offset, req.len); },
+        [this, req, done = std::move(done)](Status) mutable {
+          durability_.WriteSettled(req.offset, req.len);
+          done(Status::OK());
+        });
   });
 }
 
@@ -216,17 +244,32 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
   // data) until this write's insert replaces them in one step, so no
   // commit in between can leave the range with neither the old data nor
   // the new: that would read back the backing device's older copy.
-  bool has_dirty = false;
-  uint64_t dropped = 0;
-  Status st = set_->index().InvalidateClean(dev_, req.offset, req.len, &has_dirty, &dropped);
-  if (!st.ok()) {
-    CompleteLater(std::move(done), st);
-    return;
-  }
-  // Clean copies removed (by this pass or an earlier one): if the data goes
-  // to the backing device, their removal is committed first (rule 5,
-  // RangeGuard::BeforeBackingWrite).
-  bool dropped_clean = dropped_before || dropped > 0;
+  struct Dropped {
+    bool has_dirty = false;
+    uint64_t bytes = 0;
+  };
+  auto dropped = std::make_shared<Dropped>();
+  CallIndex(
+      set_,
+      [this, req, dropped] {
+        return set_->index().InvalidateClean(dev_, req.offset, req.len, &dropped->has_dirty,
+                                             &dropped->bytes);
+      },
+      [this, req, dropped, dropped_before, dirty_refused, done = std::move(done)](Status st) mutable {
+        if (!st.ok()) {
+          CompleteLater(std::move(done), st);
+          return;
+        }
+        // Clean copies removed (by this pass or an earlier one): if the data
+        // goes to the backing device, their removal is committed first (rule
+        // 5, RangeGuard::BeforeBackingWrite).
+        RouteWrite(req, std::move(done), dropped->has_dirty, dropped_before || dropped->bytes > 0,
+                   dirty_refused);
+      });
+}
+
+void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dropped_clean,
+                              bool dirty_refused) {
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
   bool seq_bypass = !attached() || bypass_.ShouldBypass(req, true);  // once: it feeds the stream detector
   Writeback* wb = writeback_.get();

@@ -10,7 +10,7 @@
 //   discard, write-zeroes     DiscardEngine
 //   flush                     FlushEngine
 // over shared pieces with one job each (cache/engine_context.h): RangeGuard,
-// DirtyHandshake, CacheIo, BypassPolicy, DeviceActivity. The background
+// DirtyHandshake, CacheIo, BypassPolicy, DeviceActivity, BackingDurability. The background
 // writeback thread (cache/writeback.h) reaches the device only through those
 // pieces and the WritebackHost interface.
 //
@@ -59,6 +59,7 @@
 #include <string>
 
 #include "backend/block_device.h"
+#include "cache/backing_durability.h"
 #include "cache/backing_super.h"
 #include "cache/bypass_policy.h"
 #include "cache/cache_io.h"
@@ -105,6 +106,9 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // sequential_cutoff long, or one at least the congestion cutoff long.
   uint64_t sequential_bypasses() const { return bypass_.sequential_bypasses(); }
   uint64_t congested_bypasses() const { return bypass_.congested_bypasses(); }
+  // The same requests by what they were: reads, writes, FUA writes, writes
+  // after a FLUSH (BypassPolicy's sync hint).
+  uint64_t bypasses(BypassPolicy::Kind kind) const { return bypass_.bypasses(kind); }
   // The auto policies' decisions: requests bypassed because the cache
   // device was expected to be slower than the backing device; streams
   // admitted because the cache had space to spare, or because they were
@@ -144,6 +148,9 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // it goes through, not into writeback (else it would wait again, for as
   // long as the backing device is out).
   void DoWrite(const IoRequest& req, IoDone done, bool dropped_before = false, bool dirty_refused = false);
+  // DoWrite's second half, once the clean copies are gone: to the engine.
+  void RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dropped_clean,
+                  bool dirty_refused);
   // The set failed: the backing device alone, then the range's extents go.
   void WriteFailedCache(const IoRequest& req, IoDone done);
   // Invalidates this device's whole range, a bounded step at a time so no
@@ -159,11 +166,14 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   std::atomic<bool> attached_{true};
   BackingSuper* const super_;
   DeviceActivity activity_;
+  // Starts past every epoch the index holds for the device (write_epoch.h).
+  WriteEpoch epoch_;
   // The backing superblock's clean <-> dirty handshake with the writeback thread.
   DirtyHandshake handshake_;
   RangeGuard ranges_;
   CacheIo cache_io_;
   BypassPolicy bypass_;
+  BackingDurability durability_;
   EngineContext ctx_;
   FlushEngine flush_;
   ReadEngine read_;

@@ -7,6 +7,7 @@
 #include "cache/cache_set.h"
 #include "cache/device_activity.h"
 #include "cache/dirty_handshake.h"
+#include "cache/index_call.h"
 #include "cache/writeback.h"
 #include "cache/writethrough_engine.h"
 #include "util/clock.h"
@@ -22,6 +23,8 @@ struct DirtyWriteEngine::DirtyOp {
   bool has_dirty = false;
   bool dropped_clean = false;
   std::vector<Extent> extents;
+  size_t inserted = 0;  // of extents, by InsertDirty's passes so far
+  Status result;        // the first failed insert's
 };
 
 bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool bypass,
@@ -33,8 +36,14 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
   // A write over dirty data never bypasses: the dirty copy would otherwise
   // be the newer one in the index while the backing device got the write.
   if (overlaps_dirty) return true;
-  if (bypass) return false;
-  if (req.flags & kIoFua) return true;  // sync writes: up to the sync cutoff
+  // writeback_order flush: a bypassed write would reach the backing device
+  // ahead of older epochs still in the cache (rule 14); while the set holds
+  // dirty data it is absorbed instead, like any other write.
+  if (bypass && (k.writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush ||
+                 c_.set->buckets().dirty_buckets() == 0))
+    return false;
+  // Sync writes (FUA, or right after a FLUSH): up to the sync cutoff.
+  if (req.flags & (kIoFua | kIoAfterFlush)) return true;
   return in_use <= k.cutoff_writeback.load(std::memory_order_relaxed) || WriteThroughAtCutoff(wb);
 }
 
@@ -71,13 +80,20 @@ bool DirtyWriteEngine::Write(const IoRequest& req, IoDone& done, bool has_dirty,
   const uint64_t piece = c_.cache_io->piece_bytes();
   for (uint64_t off = 0; off < req.len; off += piece) {
     Extent e;
-    if (!c_.cache_io->AllocatePiece(req.offset + off, std::min(piece, req.len - off), true, &e)) {
-      // The cache is full of what it cannot drop: write through instead
-      // (never an error for the client, never a wait without bound).
+    bool wait = false;
+    if (!c_.cache_io->AllocatePiece(req.offset + off, std::min(piece, req.len - off), true, &e,
+                                    &wait)) {
       c_.cache_io->ReleaseBuckets(op->extents);
       delete op;
       handshake_->Leave();
-      return false;
+      // The cache is full of what it cannot drop: write through instead
+      // (never an error for the client, never a wait without bound).
+      if (!wait) return false;
+      // No bucket ready on this serving reactor: the write parks, and starts
+      // again once the refill thread has journaled reclaimed buckets (through,
+      // if there is still none).
+      ParkForSpace(req, done, dropped_clean);
+      return true;
     }
     op->extents.push_back(e);
   }
@@ -94,19 +110,53 @@ bool DirtyWriteEngine::Write(const IoRequest& req, IoDone& done, bool has_dirty,
   return true;
 }
 
+void DirtyWriteEngine::ParkForSpace(const IoRequest& req, IoDone& done, bool dropped_clean) {
+  Callback<void(bool)> retry = [this, r = req, d = std::move(done), dropped_clean](bool space) mutable {
+    rewrite_(r, std::move(d), dropped_clean, !space);
+  };
+  if (c_.set->buckets().ParkForSpace(std::move(retry))) return;
+  // A bucket came free meanwhile: start again at once (not from this stack).
+  Reactor::Current()->Defer([retry = std::move(retry)]() mutable { retry(true); });
+}
+
 void DirtyWriteEngine::Complete(DirtyOp* op) {
-  Status result;
-  if (op->ok) {
-    // The data is on the cache device: insert it dirty, checked (with its
-    // data's hash), so that the soft commit below may carry it.
-    for (const Extent& e : op->extents) {
-      const uint8_t* data = static_cast<const uint8_t*>(op->req.buf) + (e.start - op->req.offset);
-      Status ist = c_.set->index().Insert(e, data);
-      if (!ist.ok() && result.ok()) result = ist;
-    }
-  } else {
-    result = Status::IoError("cache device write failed");
+  if (!op->ok) {
+    op->result = Status::IoError("cache device write failed");
+    Finish(op);
+    return;
   }
+  // The index without waiting on this reactor (index_call.h).
+  CallIndex(c_.set, [this, op] { return InsertDirty(op); },
+            [this, op](Status st) {
+              if (!st.ok() && op->result.ok()) op->result = std::move(st);
+              // Rule 11: a FUA write is the last write of its epoch (once
+              // all its pieces are in, whichever passes it took).
+              if (op->req.flags & kIoFua) c_.epoch->Close();
+              Finish(op);
+            });
+}
+
+Status DirtyWriteEngine::InsertDirty(DirtyOp* op) {
+  // The data is on the cache device: insert it dirty, checked (with its
+  // data's hash), so that the soft commit below may carry it. Each pass
+  // goes on from the extent the last one stopped at. Each piece takes the
+  // device's current write epoch; in flush order an older epoch's version
+  // it replaces stays kept until writeback has written that epoch (rule 12).
+  EpochRule rule{.epoch = c_.epoch,
+                 .keep_older = c_.set->knobs().writeback_order.load(std::memory_order_relaxed) ==
+                               WritebackOrder::kFlush};
+  for (; op->inserted < op->extents.size(); op->inserted++) {
+    const Extent& e = op->extents[op->inserted];
+    const uint8_t* data = static_cast<const uint8_t*>(op->req.buf) + (e.start - op->req.offset);
+    Status ist = c_.set->index().Insert(e, data, /*provisional=*/false, &rule);
+    if (ist.IsWouldBlock()) return ist;
+    if (!ist.ok() && op->result.ok()) op->result = ist;
+  }
+  return Status::OK();
+}
+
+void DirtyWriteEngine::Finish(DirtyOp* op) {
+  Status result = std::move(op->result);
   // On failure the write goes through below, whose own insert (or
   // invalidation, once the backing device has the data) fixes the range.
   // Only now may the buckets be reclaimed: until the insert their dirty

@@ -65,6 +65,13 @@ class DirtyWriteEngine {
   // The cache writes are done: insert dirty, release, ack after the soft
   // commit (or write through when the cache could not take it).
   void Complete(DirtyOp* op);
+  // Write found no bucket ready on a serving reactor: run the write again
+  // (rewrite_) when the allocator has journaled reclaimed buckets.
+  void ParkForSpace(const IoRequest& req, IoDone& done, bool dropped_clean);
+  // Complete's inserts, run again after a node read when they return
+  // WouldBlock (going on where they stopped); then Finish releases and acks.
+  Status InsertDirty(DirtyOp* op);
+  void Finish(DirtyOp* op);
 
   const EngineContext c_;
   DirtyHandshake* const handshake_;

@@ -16,20 +16,19 @@
 
 namespace ubcache {
 
-class FlushEngine;
-
 class DiscardEngine {
  public:
-  DiscardEngine(const EngineContext& ctx, FlushEngine* flush) : c_(ctx), flush_(flush) {}
+  explicit DiscardEngine(const EngineContext& ctx) : c_(ctx) {}
 
   void Discard(const IoRequest& req, IoDone done);
 
  private:
   // The backing device has answered `st`: drop the range, release, ack.
+  // Once the range's clean copies are gone from the index: to the backing device.
+  void Issue(const IoRequest& req, bool has_dirty, bool dropped_clean, IoDone done);
   void Complete(const IoRequest& req, bool has_dirty, Status st, IoDone done);
 
   const EngineContext c_;
-  FlushEngine* const flush_;
 };
 
 }  // namespace ubcache

@@ -5,6 +5,7 @@
 // CachedDevice routes requests to them). The pieces each do one job:
 // RangeGuard (every wait for a range), DirtyHandshake (the backing
 // superblock), CacheIo (the allocator, cache device and index calls),
+// BackingDurability (what the backing device holds durably: rules 8, 9),
 // DeviceActivity (pacing clocks for the writeback thread).
 //
 // Thread safety: the pointers are set once, before the first request; each
@@ -16,6 +17,7 @@
 
 namespace ubcache {
 
+class BackingDurability;
 class BlockDevice;
 class CacheIo;
 class CacheSet;
@@ -24,6 +26,7 @@ class DeviceActivity;
 class RangeGuard;
 class RequestStats;
 class ServiceTime;
+class WriteEpoch;
 
 struct EngineContext {
   std::string spec;  // the cached device's, for messages
@@ -36,6 +39,10 @@ struct EngineContext {
   DeviceActivity* activity;
   RangeGuard* ranges;
   CacheIo* cache_io;
+  BackingDurability* durability;  // rules 8 and 9: the backing device's volatile cache
+  // The device's write epochs (btree/write_epoch.h): a FLUSH closes one
+  // (FlushEngine), a FUA write after its insert (DirtyWriteEngine).
+  WriteEpoch* epoch;
 };
 
 }  // namespace ubcache

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/flush_engine.h"
 
+#include "cache/backing_durability.h"
+#include "btree/write_epoch.h"
 #include "cache/cache_set.h"
 
 namespace ubcache {
@@ -12,6 +14,9 @@ void FlushEngine::Flush(IoDone done) {
     int pending = 3;
     Status status;
   };
+  // Rule 11: every write inserted from here on is in a later epoch than
+  // every write acknowledged before this FLUSH arrived.
+  c_.epoch->Close();
   auto* op = new FlushOp();
   op->done = std::move(done);
   auto part = [op](Status st) {
@@ -23,23 +28,11 @@ void FlushEngine::Flush(IoDone done) {
     d(std::move(s));
   };
   // The backing device only when a client write reached it since the last
-  // backing flush: writeback-mode writes are durable on the cache, and
-  // writeback flushes what it writes itself before it marks anything clean.
-  // Sampled here, after the FLUSH arrived: every write acknowledged before
-  // it counted itself before its acknowledgement (BackingWriteDone).
-  uint64_t written = backing_writes_.load(std::memory_order_seq_cst);
-  if (written == backing_flushed_.load(std::memory_order_seq_cst)) {
-    part(Status::OK());
-  } else {
-    c_.backing->Flush([this, written, part](Status st) {
-      if (st.ok()) {
-        uint64_t seen = backing_flushed_.load(std::memory_order_seq_cst);
-        while (seen < written && !backing_flushed_.compare_exchange_weak(seen, written)) {
-        }
-      }
-      part(std::move(st));
-    });
-  }
+  // backing flush (rule 8): writeback-mode writes are durable on the cache,
+  // and writeback flushes what it writes itself before it marks anything
+  // clean. A flush it does issue also covers the provisional clean copies
+  // of the entries written before it (rule 9).
+  c_.durability->FlushForClient(part);
   c_.set->cache_dev()->Flush(part);
   c_.set->CommitAsync(part);
 }

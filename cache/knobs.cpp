@@ -37,4 +37,18 @@ Result<ReplacementPolicy> ParseReplacementPolicy(std::string_view s) {
                                  "' (lru, fifo, random)");
 }
 
+const char* WritebackOrderName(WritebackOrder o) {
+  switch (o) {
+    case WritebackOrder::kFlush: return "flush";
+    case WritebackOrder::kLba: return "lba";
+  }
+  return "?";
+}
+
+Result<WritebackOrder> ParseWritebackOrder(std::string_view s) {
+  for (WritebackOrder o : {WritebackOrder::kFlush, WritebackOrder::kLba})
+    if (s == WritebackOrderName(o)) return o;
+  return Status::InvalidArgument("writeback_order: '" + std::string(s) + "' (flush, lba)");
+}
+
 }  // namespace ubcache

@@ -16,11 +16,20 @@ namespace ubcache {
 
 enum class CacheMode : uint8_t { kWritethrough = 0, kWriteback = 1, kWritearound = 2, kNone = 3 };
 enum class ReplacementPolicy : uint8_t { kLru = 0, kFifo = 1, kRandom = 2 };
+// The order dirty data reaches the backing device (doc/design.md
+// "Durability", rules 11-14). kFlush: epoch by epoch, the client's FLUSH and
+// FUA requests the boundaries, so the backing device always holds a state a
+// power cut could have left. kLba: bcache's, sorted by address: the fastest
+// drain, no such promise. The numbers are the backing superblock's byte
+// (doc/format.md §3).
+enum class WritebackOrder : uint8_t { kFlush = 0, kLba = 1 };
 
 const char* CacheModeName(CacheMode m);
 Result<CacheMode> ParseCacheMode(std::string_view s);
 const char* ReplacementPolicyName(ReplacementPolicy p);
 Result<ReplacementPolicy> ParseReplacementPolicy(std::string_view s);
+const char* WritebackOrderName(WritebackOrder o);
+Result<WritebackOrder> ParseWritebackOrder(std::string_view s);
 
 // "auto" for sequential_cutoff and the congested thresholds: the adaptive
 // rules of cache/admission.h instead of bcache's fixed numbers.
@@ -41,6 +50,8 @@ struct CacheKnobs {
   std::atomic<uint32_t> writeback_percent{10};
   std::atomic<uint32_t> writeback_delay{30};
   std::atomic<bool> writeback_running{true};
+  // Persisted with cache_mode in the backing superblock (ctl set, serve --set).
+  std::atomic<WritebackOrder> writeback_order{WritebackOrder::kFlush};
   // The writeback rate controller's (bcache's PI controller) knobs; bcache
   // keeps rates in 512-byte sectors, these are bytes: 1024 and 8 sectors/s.
   std::atomic<uint64_t> writeback_rate{512 << 10};        // bytes/s

@@ -2,8 +2,10 @@
 #include "cache/range_guard.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "cache/cache_set.h"
+#include "cache/index_call.h"
 #include "util/log.h"
 
 namespace ubcache {
@@ -87,11 +89,22 @@ void RangeGuard::AfterCleanCopiesGone(uint64_t offset, uint64_t len, bool droppe
     fn();
     return;
   }
-  bool dirty_left = false;
-  uint64_t again = 0;
-  Status ist = set_->index().InvalidateClean(dev_, offset, len, &dirty_left, &again);
-  if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
-  if (!(dropped || again > 0 || !ist.ok()) || !set_->persistent()) {
+  auto again = std::make_shared<uint64_t>(0);
+  // The index without waiting on this reactor (index_call.h).
+  CallIndex(
+      set_,
+      [this, offset, len, again] {
+        bool dirty_left = false;
+        return set_->index().InvalidateClean(dev_, offset, len, &dirty_left, again.get());
+      },
+      [this, dropped, again, fn = std::move(fn)](Status ist) mutable {
+        if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", spec_, ist.ToString());
+        CommitThen(dropped || *again > 0 || !ist.ok(), std::move(fn));
+      });
+}
+
+void RangeGuard::CommitThen(bool needed, Callback<void()> fn) {
+  if (!needed || !set_->persistent()) {
     fn();
     return;
   }

@@ -68,6 +68,8 @@ class RangeGuard {
   // bucket is reclaimed, and then reads the backing data again: a write
   // seen lost after the cut comes back later.
   void AfterCleanCopiesGone(uint64_t offset, uint64_t len, bool dropped, Callback<void()> fn);
+  // fn, after a commit when `needed` (and the set is persistent).
+  void CommitThen(bool needed, Callback<void()> fn);
   // Ordering rule 5, the one step every foreground backing write or discard
   // goes through: waits for writeback over the range (and holds the range
   // when `over_dirty`), then for the removal of its clean copies, then

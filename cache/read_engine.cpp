@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "cache/backing_durability.h"
 #include "cache/bypass_policy.h"
 #include "cache/cache_io.h"
 #include "cache/cache_set.h"
 #include "cache/device_activity.h"
+#include "cache/index_call.h"
 #include "cache/recycled.h"
 #include "cache/request_timing.h"
 #include "cache/stats.h"
@@ -121,10 +124,21 @@ void ReadEngine::Read(const IoRequest& req, IoDone done, bool prefetch, uint64_t
   // The sequence is taken before the lookup: any write from here on makes a
   // fill of what we read from the backing device a collision.
   op->since = c_.set->index().Sequence(c_.dev, req.offset, req.len);
+  LookupAndIssue(op, Status::OK());
+}
+
+void ReadEngine::LookupAndIssue(ReadOp* op, Status loaded) {
+  const IoRequest& req = op->req;
   // Reused per thread: the loop below only issues I/O (completions never
   // run inside Submit), so nothing re-enters Read while it is in use.
   thread_local std::vector<Extent> hits;
-  Status st = c_.set->index().Lookup(c_.dev, req.offset, req.len, &hits);
+  Status st = loaded.ok() ? c_.set->index().Lookup(c_.dev, req.offset, req.len, &hits) : loaded;
+  if (st.IsWouldBlock() && c_.set->index().HasMissingNode()) {
+    // A node of the range is not in memory: read it on this reactor and
+    // look up again, never waiting here (ExtentIndex, "Without I/O").
+    c_.set->index().LoadMissing([this, op](Status ls) { LookupAndIssue(op, std::move(ls)); });
+    return;
+  }
   if (!st.ok()) {
     // The index cannot be read: serve the whole request from the backing device.
     UB_WARN("{}: index lookup failed, reading from the backing device: {}", c_.spec, st.ToString());
@@ -175,16 +189,24 @@ void ReadEngine::ReadFailedCache(const IoRequest& req, IoDone done) {
   // A failed cache: the backing device has everything but the dirty
   // ranges, whose only copy is on the failed device — those answer EIO,
   // never the backing device's stale data.
-  thread_local std::vector<Extent> found;
-  Status st = c_.set->index().Lookup(c_.dev, req.offset, req.len, &found);
-  bool dirty =
-      !st.ok() || std::any_of(found.begin(), found.end(), [](const Extent& e) { return e.dirty; });
-  if (dirty) {
-    Reactor::Current()->DeferDone(
-        std::move(done), Status::IoError(c_.spec + ": dirty data on a failed cache device"));
-    return;
-  }
-  c_.backing->Submit(req, std::move(done));
+  auto dirty = std::make_shared<bool>(false);
+  CallIndex(
+      c_.set,
+      [this, req, dirty]() -> Status {
+        thread_local std::vector<Extent> found;
+        Status st = c_.set->index().Lookup(c_.dev, req.offset, req.len, &found);
+        *dirty = st.ok() &&
+                 std::any_of(found.begin(), found.end(), [](const Extent& e) { return e.dirty; });
+        return st;
+      },
+      [this, req, dirty, done = std::move(done)](Status st) mutable {
+        if (!st.ok() || *dirty) {
+          Reactor::Current()->DeferDone(
+              std::move(done), Status::IoError(c_.spec + ": dirty data on a failed cache device"));
+          return;
+        }
+        c_.backing->Submit(req, std::move(done));
+      });
 }
 
 void ReadEngine::ReadHit(ReadOp* op, const Extent& e) {
@@ -240,13 +262,18 @@ void ReadEngine::Fill(uint64_t start, uint64_t len, const uint8_t* data, uint64_
         UB_WARN("{}: cache write failed: {}", c_.spec, st.ToString());
         return;
       }
-      bool inserted = false;
-      Status ist = c_.set->index().InsertIfUnchanged(e, since, &inserted);
-      c_.set->buckets().WriteDone(c_.set->buckets().BucketOf(e.cache_offset));  // after the insert
-      if (!ist.ok())
-        UB_WARN("{}: index insert failed: {}", c_.spec, ist.ToString());
-      else if (!inserted)
-        c_.stats->CountMissCollision();
+      auto inserted = std::make_shared<bool>(false);
+      // Rule 9: provisional while a client write may be only in the backing
+      // device's volatile cache (this copy may hold its data).
+      CallIndex(
+          c_.set, [this, e, since, inserted] { return c_.durability->InsertFill(e, since, inserted.get()); },
+          [this, e, inserted](Status ist) {
+            c_.set->buckets().WriteDone(c_.set->buckets().BucketOf(e.cache_offset));  // after the insert
+            if (!ist.ok())
+              UB_WARN("{}: index insert failed: {}", c_.spec, ist.ToString());
+            else if (!*inserted)
+              c_.stats->CountMissCollision();
+          });
     });
   }
 }

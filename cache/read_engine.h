@@ -12,7 +12,8 @@
 // ranges answer EIO and the rest goes to the backing device.
 //
 // Thread safety: reactor threads; a request's state (ReadOp) lives on the
-// reactor that submitted it.
+// reactor that submitted it, and never waits there: a lookup that needs an
+// index node not in memory parks the request until the node is read.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,10 @@ class ReadEngine {
 
  private:
   struct ReadOp;
+  // Looks the request up and issues its pieces; a node not in memory is
+  // read first (on this reactor) and the lookup runs again. `loaded`: that
+  // read's status (an error serves the request from the backing device).
+  void LookupAndIssue(ReadOp* op, Status loaded);
   // The set failed: the backing device alone, EIO for dirty ranges.
   void ReadFailedCache(const IoRequest& req, IoDone done);
   void ReadHit(ReadOp* op, const Extent& e);

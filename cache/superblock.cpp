@@ -63,6 +63,7 @@ constexpr size_t kFlags = 104;
 constexpr size_t kSeq = 112;
 // 120..183: pad[8] (newer kernels: feature_compat/incompat/ro_compat, pad[5])
 constexpr size_t kDirtySince = 144;  // ubcache's, in pad[3]: see BackingSuperblock
+constexpr size_t kWritebackOrder = 152;  // ubcache's, u8 in pad[4]
 constexpr size_t kDataOffset = 184;  // nbuckets for cache devices
 constexpr size_t kBlockSize = 192;
 constexpr size_t kBucketSize = 194;
@@ -503,6 +504,7 @@ void EncodeBackingSuperblock(const BackingSuperblock& sb, SuperblockBlock b) {
   StoreLE16(p + kBucketSize, sb.bucket_size);
   StoreLE32(p + kLastMount, sb.last_mount);
   StoreLE64(p + kDirtySince, sb.dirty_since);
+  p[kWritebackOrder] = static_cast<uint8_t>(sb.writeback_order);
   // first_bucket, keys and d[] are cache-device fields: zero. keys = 0 also
   // keeps bcache-super-show from taking it for an "experimental format".
   StoreLE64(p + kCsum, BackingChecksum(b, 0));
@@ -535,6 +537,8 @@ Status ValidateBackingSuperblock(const BackingSuperblock& sb, uint64_t device_si
     return Corrupt("bad cache mode " + std::to_string(static_cast<int>(sb.cache_mode)));
   if (sb.state != BackingState::kNone && IsZeroUuid(sb.set_uuid))
     return Corrupt(std::string("state ") + BackingStateName(sb.state) + " without a cache set uuid");
+  if (static_cast<uint8_t>(sb.writeback_order) > static_cast<uint8_t>(WritebackOrder::kLba))
+    return Corrupt("bad writeback order " + std::to_string(static_cast<int>(sb.writeback_order)));
   return Status::OK();
 }
 
@@ -587,6 +591,7 @@ Result<BackingSuperblock> DecodeBackingSuperblock(ConstSuperblockBlock b, uint64
   sb.bucket_size = LoadLE16(p + kBucketSize);
   sb.last_mount = LoadLE32(p + kLastMount);
   sb.dirty_since = LoadLE64(p + kDirtySince);
+  sb.writeback_order = static_cast<WritebackOrder>(p[kWritebackOrder]);  // Validate checks the range
   UB_RETURN_IF_ERROR(ValidateBackingSuperblock(sb, device_size, device_block_size));
   return sb;
 }

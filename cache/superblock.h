@@ -212,6 +212,9 @@ struct BackingSuperblock {
   // only in the cache. 0: unknown (not dirty, or written before the field).
   // In bcache's pad, which the kernel and bcache-tools neither read nor keep.
   uint64_t dirty_since = 0;
+  // ubcache's writeback_order knob, persisted beside cache_mode (pad byte
+  // 152; 0 = flush, the default, also for superblocks written before it).
+  WritebackOrder writeback_order = WritebackOrder::kFlush;
   uint64_t csum = 0;          // as read by Decode; Encode computes its own
 
   uint64_t data_offset_bytes() const { return data_offset * kSectorSize; }

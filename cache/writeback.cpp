@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/writeback.h"
+#include "cache/writeback_pass.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
 #include "backend/sync_io.h"
+#include "cache/backing_durability.h"
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
 #include "cache/device_activity.h"
@@ -28,27 +30,6 @@ constexpr uint64_t kMaxBackoffNs = 30 * kNs;
 constexpr unsigned kFragLow = 50, kFragMid = 57, kFragHigh = 64;
 constexpr int64_t kFpTermLow = 1, kFpTermMid = 10, kFpTermHigh = 1000;
 }  // namespace
-
-struct Writeback::Piece {
-  Extent e;
-  AlignedBuffer buf;
-  Status st;           // of its read from the cache device
-  Write* w = nullptr;  // the backing write it is part of
-};
-
-// One backing write: contiguous pieces, at most kMaxRun bytes, submitted in
-// chunks (kMaxRun, or kReaderChunk while a reader is active).
-struct Writeback::Write {
-  uint64_t start, len;
-  std::vector<Piece*> parts;
-  unsigned reading = 0;  // parts whose cache read is still in flight
-  AlignedBuffer buf;
-  Status st;                 // the first error of its chunks
-  uint64_t issued = 0;       // bytes submitted
-  unsigned outstanding = 0;  // chunks in flight
-  bool cleaned = false;      // flushed and marked clean (or its error counted)
-  bool complete() const { return issued == len && outstanding == 0; }
-};
 
 namespace {
 // Appends p to the last write if it continues it within kMaxRun, else
@@ -154,7 +135,7 @@ void Writeback::StateTransitions() {
     if (!d.handshake->WritesInFlight() &&
         d.set->index().DirtyBytes(d.dev) == 0) {
       // Written-back data is on the backing media before it says clean.
-      Status st = SyncFlush(*d.backing);
+      Status st = d.durability->SyncFlush();
       if (st.ok()) st = d.super->MarkClean();
       if (!st.ok()) UB_WARN("{}: cannot mark the backing superblock clean: {}", d.spec, st.ToString());
       else UB_INFO("{}: no dirty data left: backing superblock clean", d.spec);
@@ -221,26 +202,15 @@ Writeback::RateDebug Writeback::rate_debug() const {
                    next > now ? (next - now) / 1'000'000 : 0};
 }
 
-// A pass's state, shared by its stages.
-struct Writeback::PassState {
-  struct Run {
-    uint64_t start, end;
-  };
-  std::vector<Run> runs;  // claimed stripes (start == end: not taken)
-  std::vector<std::unique_ptr<Piece>> pieces;
-  std::vector<std::unique_ptr<Write>> writes;
-  size_t reading = 0;   // cache reads in flight
-  size_t inflight = 0;  // backing write chunks in flight
-  size_t next = 0;      // the first write not wholly submitted
-  bool failed = false;  // back off before the next pass
-  bool flush_failed = false;
-  uint64_t bytes = 0;        // marked clean
-  uint64_t yield_until = 0;  // while a reader is active: no write before this
-};
-
 uint64_t Writeback::Pass(bool full_speed) {
   PassState s;
-  if (!CollectDirty(s)) return 0;
+  // writeback_order, read once a pass: a pass is wholly one or the other.
+  const bool by_epoch = d_.set->knobs().writeback_order.load() == WritebackOrder::kFlush;
+  // Address order has no use for kept versions: the newer dirty data of
+  // their ranges goes back in address order like the rest.
+  if (!by_epoch && d_.set->index().DropKeptVersions(d_.dev) > 0)
+    UB_INFO("{}: writeback_order lba: kept versions of older epochs dropped", d_.spec);
+  if (!(by_epoch ? CollectEpoch(s) : CollectDirty(s))) return 0;
   if (!s.pieces.empty() && !CommitBeforeWriteback(s)) return 1;
   ReadDirty(s);
   WriteDirty(s, full_speed);
@@ -251,7 +221,20 @@ uint64_t Writeback::Pass(bool full_speed) {
   for (const auto& r : s.runs)
     if (r.start < r.end) d_.ranges->ReleaseWriteback(r.start, r.end);
   backoff_ns_ = s.failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
-  return s.bytes + (s.pieces.empty() ? 0 : 1);  // found something, even if nothing got cleaner
+  if (s.stale + s.stale_kept > 0)
+    UB_INFO("{}: writeback: dropped {} stale dirty extents and {} stale kept versions (their buckets were reused)",
+            d_.spec, s.stale, s.stale_kept);
+  if (s.pieces.empty() && s.refused > 0) {
+    // Foreground writes held every range it could take (in flush order the
+    // oldest epoch is often one stripe): they hold it for one backing write,
+    // so look again shortly, not after writeback_delay as when nothing is
+    // dirty — that left the whole cache's writeback idle for 30 s.
+    backoff_ns_ = std::max<uint64_t>(backoff_ns_, kNs / 100);
+    return 1;
+  }
+  // Found something, even if nothing got cleaner (a stale pointer dropped
+  // counts: the next pass may find the epoch after it).
+  return s.bytes + (s.pieces.empty() && s.stale + s.stale_kept == 0 ? 0 : 1);
 }
 
 bool Writeback::CollectDirty(PassState& s) {
@@ -269,10 +252,27 @@ bool Writeback::CollectDirty(PassState& s) {
   // pieces of neighbouring stripes still go out as one write below). Each
   // is claimed, then looked up (the order the foreground's
   // Invalidate-then-check relies on, RangeGuard::AfterWriteback).
-  const uint64_t size = d.host->client_size();  // once: Grow may change it meanwhile
-  for (uint64_t st : stripes) s.runs.push_back({st * stripe, std::min((st + 1) * stripe, size)});
   std::vector<Extent> found;
-  BucketAllocator& buckets = d.set->buckets();
+  uint64_t batch_bytes = ClaimRuns(s, stripes, [&](const Run& r) {
+    uint64_t bytes = 0;
+    if (index.Lookup(d.dev, r.start, r.end - r.start, &found).ok())
+      for (const Extent& e : found)
+        if (e.dirty) bytes += TakePiece(s, e, false);
+    return bytes;
+  });
+  for (const auto& r : s.runs) {
+    if (r.start == r.end && batch_bytes >= kMaxBatchBytes) {
+      cursor_ = std::min(cursor_, r.start / stripe);  // not taken this pass: next one starts there
+    }
+  }
+  return true;
+}
+
+uint64_t Writeback::ClaimRuns(PassState& s, const std::vector<uint64_t>& stripes,
+                             const std::function<uint64_t(const Run&)>& take) {
+  const uint64_t stripe = d_.set->index().stripe_bytes();
+  const uint64_t size = d_.host->client_size();  // once: Grow may change it meanwhile
+  for (uint64_t st : stripes) s.runs.push_back({st * stripe, std::min((st + 1) * stripe, size)});
   uint64_t batch_bytes = 0;
   for (auto& r : s.runs) {
     // A batch is marked clean at its end: bounded, so progress (and ctl
@@ -282,31 +282,44 @@ bool Writeback::CollectDirty(PassState& s) {
       continue;
     }
     if (r.start >= r.end) continue;
-    if (!d.ranges->ClaimForWriteback(r.start, r.end)) {
+    if (!d_.ranges->ClaimForWriteback(r.start, r.end)) {
       r.end = r.start;  // a foreground write owns part of it: next pass
+      s.refused++;
       continue;
     }
-    Status st = index.Lookup(d.dev, r.start, r.end - r.start, &found);
-    if (!st.ok()) continue;
-    for (const Extent& e : found) {
-      if (!e.dirty) continue;
-      buckets.Pin(buckets.BucketOf(e.cache_offset));
-      if (!buckets.Valid(e.cache_offset, e.gen)) {  // reused since the lookup: rewritten
-        buckets.WriteDone(buckets.BucketOf(e.cache_offset));
-        continue;
-      }
-      auto p = std::make_unique<Piece>();
-      p->e = e;
-      s.pieces.push_back(std::move(p));
-      batch_bytes += e.len;
-    }
+    batch_bytes += take(r);
   }
-  for (const auto& r : s.runs) {
-    if (r.start == r.end && batch_bytes >= kMaxBatchBytes) {
-      cursor_ = std::min(cursor_, r.start / stripe);  // not taken this pass: next one starts there
+  return batch_bytes;
+}
+
+uint64_t Writeback::TakePiece(PassState& s, const Extent& e, bool kept) {
+  BucketAllocator& buckets = d_.set->buckets();
+  buckets.Pin(buckets.BucketOf(e.cache_offset));
+  if (!buckets.Valid(e.cache_offset, e.gen)) {
+    buckets.WriteDone(buckets.BucketOf(e.cache_offset));
+    // Its bucket was reused, so its data was rewritten or written back
+    // before (a bucket is reclaimed only at zero dirty bytes, rule 15).
+    // After a crash such a pointer can outlive its bucket: the bucket's new
+    // gen is journaled straight away (CacheSet::PersistGens) while the
+    // unkeep or mark-clean that freed it was still in a shard's unwritten
+    // journal ops. Dropped here — in flush order it would stay the oldest
+    // epoch's forever (rule 13): nothing later would ever be cleaned, and
+    // the cache would fill with dirty data. Only the stale pointer itself
+    // goes (GC's RemoveIfSame; Unkeep matches gen and place).
+    uint64_t dropped = 0;
+    Status st = kept ? d_.set->index().Unkeep(e, &dropped) : d_.set->index().RemoveIfSame(e);
+    if (st.ok()) {
+      (kept ? s.stale_kept : s.stale)++;
+    } else {
+      UB_WARN("{}: writeback: dropping a stale pointer: {}", d_.spec, st.ToString());
     }
+    return 0;
   }
-  return true;
+  auto p = std::make_unique<Piece>();
+  p->e = e;
+  p->kept = kept;
+  s.pieces.push_back(std::move(p));
+  return e.len;
 }
 
 bool Writeback::CommitBeforeWriteback(PassState& s) {
@@ -377,7 +390,7 @@ void Writeback::FlushAndMarkClean(PassState& s) {
   }
   if (done.empty()) return;
   // Only writes complete before the flush is submitted are covered by it.
-  Status fst = any_ok ? SyncFlush(*d_.backing) : Status::OK();
+  Status fst = any_ok ? d_.durability->SyncFlush() : Status::OK();
   if (!fst.ok()) {
     UB_WARN("{}: writeback: backing flush failed, nothing marked clean: {}", d_.spec, fst.ToString());
     s.flush_failed = s.failed = true;
@@ -393,14 +406,18 @@ void Writeback::FlushAndMarkClean(PassState& s) {
       continue;
     }
     for (Piece* p : w->parts) {
-      uint64_t cleaned = 0;
-      Status st = d_.set->index().MarkClean(p->e, &cleaned);
+      // A tree extent is marked clean where it still maps to what was
+      // written; the parts of it a later epoch replaced meanwhile were
+      // kept, and go now (the same data, written and flushed); a kept
+      // version, the same.
+      uint64_t cleaned = 0, unkept = 0;
+      Status st = p->kept ? Status::OK() : d_.set->index().MarkClean(p->e, &cleaned);
+      if (st.ok() && p->e.dirty) st = d_.set->index().Unkeep(p->e, &unkept);
       if (!st.ok()) UB_WARN("{}: writeback: mark clean: {}", d_.spec, st.ToString());
-      cleaned_now += cleaned;
+      cleaned_now += cleaned + unkept;
     }
   }
   s.bytes += cleaned_now;
-  written_ += cleaned_now;
 }
 
 void Writeback::IssueChunk(PassState& s, Write* w, uint64_t chunk, bool yield, uint64_t now, uint64_t rate) {
@@ -421,11 +438,15 @@ void Writeback::IssueChunk(PassState& s, Write* w, uint64_t chunk, bool yield, u
   next_io_ = std::max(next_io_, now) + n * kNs / rate;
   dbg_next_io_ = next_io_;
   d_.backing->Write(w->start + off, n, w->buf.data() + off, 0,
-                    [&s, w, yield, t0 = now, bt = d_.backing_time, n](Status st) {
+                    [&s, w, yield, t0 = now, bt = d_.backing_time, n, &written = written_](Status st) {
                       uint64_t done_ns = NowNanos();
                       // What the backing device takes for a write: in
                       // writeback, often the only writes it sees (auto congestion).
                       if (st.ok()) bt->Observe(ServiceTime::Op::kWrite, n, done_ns - t0, done_ns);
+                      // writeback_written: bytes the backing device took, as
+                      // they complete — not what MarkClean later cleans, which
+                      // is nothing where clients rewrote the range meanwhile.
+                      if (st.ok()) written.fetch_add(n, std::memory_order_relaxed);
                       if (!st.ok() && w->st.ok()) w->st = std::move(st);
                       w->outstanding--;
                       s.inflight--;
@@ -532,8 +553,8 @@ Status Writeback::Drain(const std::function<void(const std::string&)>& progress)
   draining_++;
   Kick();
   // The rate in the progress line is the average since the flush began:
-  // written_ moves in steps (once a second at most), so a per-line rate
-  // would swing between zero and twice the real one.
+  // written_ moves as backing writes complete, in bursts at the
+  // controller's pace, so a per-line rate would swing.
   uint64_t t0 = NowNanos(), w0 = written_.load();
   Status result;
   for (;;) {

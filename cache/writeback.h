@@ -70,8 +70,11 @@
 
 namespace ubcache {
 
+class BackingDurability;
+
 class BackingSuper;
 class BlockDevice;
+struct Extent;
 class CacheSet;
 class DeviceActivity;
 class DirtyHandshake;
@@ -122,6 +125,8 @@ class Writeback {
     const DeviceActivity* activity;
     ServiceTime* backing_time;  // fed with the thread's backing writes
     WritebackHost* host;
+    // The backing flushes go through it: they count for rules 8 and 9.
+    BackingDurability* durability;
   };
   explicit Writeback(Parts parts);
   ~Writeback();  // stops the thread; dirty data stays dirty
@@ -152,10 +157,26 @@ class Writeback {
   // found). Its stages, in order, over one PassState (bcache's read_dirty
   // -> write_dirty -> write_dirty_finish):
   struct PassState;
+  struct Run {  // a claimed stripe of a pass (start == end: not taken)
+    uint64_t start, end;
+  };
   uint64_t Pass(bool full_speed);
   // Claims the next dirty stripes and looks their dirty extents up (pinned);
   // false when nothing is dirty.
   bool CollectDirty(PassState& s);
+  // writeback_order flush (writeback_epochs.cpp): the same, for the oldest
+  // epoch's dirty extents and kept versions only (rule 13).
+  bool CollectEpoch(PassState& s);
+  // One run per stripe (clipped to the client size), claimed against the
+  // foreground (RangeGuard::ClaimForWriteback) and then looked up by
+  // `take`, which returns the bytes it took, until kMaxBatchBytes; a run not
+  // claimed or past the batch is left empty (start == end). Returns the
+  // batch's bytes.
+  uint64_t ClaimRuns(PassState& s, const std::vector<uint64_t>& stripes,
+                     const std::function<uint64_t(const Run&)>& take);
+  // Pins e's bucket and adds it to the pass; its bytes (0: the bucket was
+  // reused, so e was rewritten or written back — a stale pointer, dropped).
+  uint64_t TakePiece(PassState& s, const Extent& e, bool kept);
   // Rule 3's first half; false (everything released) when the commit failed.
   bool CommitBeforeWriteback(PassState& s);
   // Coalesces the pieces into backing writes and reads them from the cache.
@@ -180,6 +201,7 @@ class Writeback {
   bool kicked_ = false;   // under mu_
   std::atomic<int> draining_{0};
   uint64_t cursor_ = 0;   // next stripe
+  uint64_t stuck_logged_ns_ = 0;  // CollectEpoch's last "none taken" line
   uint64_t next_io_ = 0;  // ns: when the rate allows the next write
   uint64_t last_update_ = 0;
   uint64_t backoff_ns_ = 0;

@@ -3,9 +3,10 @@
 
 #include <vector>
 
+#include "cache/backing_durability.h"
 #include "cache/cache_io.h"
 #include "cache/cache_set.h"
-#include "cache/flush_engine.h"
+#include "cache/index_call.h"
 #include "cache/range_guard.h"
 #include "cache/stats.h"
 #include "util/clock.h"
@@ -21,7 +22,9 @@ struct WriteThroughEngine::WriteOp {
   Status backing_status;
   bool cache_ok = true;
   bool commit = false;
+  bool fua = false;  // the backing write: its data is durable when it completes
   std::vector<Extent> extents;  // written to the cache, to insert when all is done
+  size_t inserted = 0;          // of extents, by UpdateIndex's passes so far
 };
 
 void WriteThroughEngine::Write(const IoRequest& req, IoDone done, bool bypass, bool has_dirty,
@@ -45,11 +48,13 @@ void WriteThroughEngine::Write(const IoRequest& req, IoDone done, bool bypass, b
   // Over dirty data the backing copy must be durable before the commit
   // that drops the dirty one (a power cut must find one or the other): FUA.
   uint32_t backing_flags = req.flags | (has_dirty ? uint32_t{kIoFua} : uint32_t{0});
+  op->fua = (backing_flags & kIoFua) != 0;
   auto issue = [this, op, backing_flags]() mutable {
     uint64_t t0 = NowNanos();
+    c_.durability->WriteIssuing(op->req.offset, op->req.len);  // rule 9: fills may read it from now on
     c_.backing->Write(
         op->req.offset, op->req.len, op->req.buf, backing_flags, [this, op, t0](Status st) mutable {
-          flush_->BackingWriteDone();
+          c_.durability->WriteDone();  // rule 8
           uint64_t now = NowNanos();
           if (st.ok())
             c_.backing_time->Observe(ServiceTime::Op::kWrite, op->req.len, now - t0, now);
@@ -84,24 +89,43 @@ void WriteThroughEngine::WriteCacheCopy(WriteOp* op) {
 }
 
 void WriteThroughEngine::Complete(WriteOp* op) {
+  // The index without waiting on this reactor (index_call.h), then the ack.
+  CallIndex(c_.set, [this, op] { return UpdateIndex(op); },
+            [this, op](Status st) {
+              // A node that could not be read: as a failed insert (UpdateIndex).
+              if (!st.ok()) UB_WARN("{}: index update failed: {}", c_.spec, st.ToString());
+              Finish(op);
+            });
+}
+
+Status WriteThroughEngine::UpdateIndex(WriteOp* op) {
   if (op->backing_status.ok() && op->cache_ok && !op->extents.empty()) {
-    for (const Extent& e : op->extents) {
-      Status ist = c_.set->index().Insert(e);
+    // Each pass goes on from the extent the last one stopped at.
+    for (; op->inserted < op->extents.size(); op->inserted++) {
+      // Rule 9: provisional until a backing flush covers it, unless FUA.
+      Status ist = c_.durability->InsertClean(op->extents[op->inserted], op->fua);
+      if (ist.IsWouldBlock()) return ist;
       if (!ist.ok()) UB_WARN("{}: index insert failed: {}", c_.spec, ist.ToString());
     }
-  } else {
-    // Bypassed, failed, or cache copy incomplete: drop whatever may have
-    // been cached meanwhile (fills of racing misses included).
-    // A failed backing write keeps dirty copies: they are still the data.
-    uint64_t more = 0;
-    bool still_dirty = false;
-    Status ist =
-        op->backing_status.ok()
-            ? c_.set->index().Invalidate(c_.dev, op->req.offset, op->req.len, &more)
-            : c_.set->index().InvalidateClean(c_.dev, op->req.offset, op->req.len, &still_dirty);
-    if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", c_.spec, ist.ToString());
-    if (more) op->commit = c_.set->persistent();
+    return Status::OK();
   }
+  // Bypassed, failed, or cache copy incomplete: drop whatever may have
+  // been cached meanwhile (fills of racing misses included).
+  // A failed backing write keeps dirty copies: they are still the data.
+  uint64_t more = 0;
+  bool still_dirty = false;
+  Status ist =
+      op->backing_status.ok()
+          ? c_.set->index().Invalidate(c_.dev, op->req.offset, op->req.len, &more)
+          : c_.set->index().InvalidateClean(c_.dev, op->req.offset, op->req.len, &still_dirty);
+  if (ist.IsWouldBlock()) return ist;
+  if (!ist.ok()) UB_WARN("{}: index invalidate failed: {}", c_.spec, ist.ToString());
+  if (more) op->commit = c_.set->persistent();
+  return Status::OK();
+}
+
+void WriteThroughEngine::Finish(WriteOp* op) {
+  c_.durability->WriteSettled(op->req.offset, op->req.len);  // after the insert or invalidate
   if (op->has_dirty) c_.ranges->ReleaseForeground(op->req.offset, op->req.offset + op->req.len);
   // After the insert: a bucket reclaimed before it would turn the new
   // extent stale at once (rule 1).

@@ -13,7 +13,9 @@
 // RangeGuard::BeforeBackingWrite (rule 5); over dirty data it is FUA and
 // the ack waits for the commit that drops the dirty copy (rule 5); a FUA
 // write commits before its ack; the backing write counts itself for FLUSH
-// (rule 8); buckets are released after the insert (rule 1).
+// (rule 8); buckets are released after the insert (rule 1); the clean copy
+// is journaled provisional unless the backing write was FUA (rule 9,
+// BackingDurability::InsertClean).
 //
 // Thread safety: reactor threads; a request's state lives on its reactor.
 #pragma once
@@ -25,11 +27,9 @@
 
 namespace ubcache {
 
-class FlushEngine;
-
 class WriteThroughEngine {
  public:
-  WriteThroughEngine(const EngineContext& ctx, FlushEngine* flush) : c_(ctx), flush_(flush) {}
+  explicit WriteThroughEngine(const EngineContext& ctx) : c_(ctx) {}
 
   // `bypass`: the backing device only. `has_dirty`: dirty copies of the
   // range are still in the index. `dropped_clean`: clean ones were removed,
@@ -42,9 +42,12 @@ class WriteThroughEngine {
   void WriteCacheCopy(WriteOp* op);
   // The op's last part completed: insert or invalidate, release, ack.
   void Complete(WriteOp* op);
+  // Complete's index update, run again after a node read when it returns
+  // WouldBlock (it goes on where it stopped); then Finish acknowledges.
+  Status UpdateIndex(WriteOp* op);
+  void Finish(WriteOp* op);
 
   const EngineContext c_;
-  FlushEngine* const flush_;
 };
 
 }  // namespace ubcache

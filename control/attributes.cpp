@@ -235,6 +235,21 @@ Status SetCacheMode(const Target& t, std::string_view v) {
   return Status::OK();
 }
 
+// writeback_order persists beside cache_mode (the backing superblock's pad
+// byte 152), written the same way: every formatted backing device first.
+Status SetWritebackOrder(const Target& t, std::string_view v) {
+  Result<WritebackOrder> o = ParseWritebackOrder(v);
+  if (!o.ok()) return o.status();
+  for (BackingSuper* s : t.set_supers) {
+    Status st = s->SetWritebackOrder(*o);
+    if (!st.ok())
+      return Status::IoError("writeback_order: writing the backing superblock of " + s->device()->spec() + ": " +
+                             st.message());
+  }
+  t.set->knobs().writeback_order.store(*o);
+  return Status::OK();
+}
+
 void AddStatsGroup(std::vector<Attribute>& table, Group g, StatsWindow w) {
   const std::string prefix = std::string(GroupName(g)) + "/";
   const bool total = w == StatsWindow::kTotal;
@@ -338,6 +353,13 @@ std::vector<Attribute> BuildTable() {
       "cache_mode", "mode", {"writethrough", "writeback", "writearound", "none"}, "writethrough",
       [](Reading& r) { return Value::Text(CacheModeName(r.target().set->knobs().cache_mode.load())); },
       SetCacheMode));
+  t.push_back(EnumKnob(
+      "writeback_order", bdev,
+      "flush: dirty data reaches the backing device epoch by epoch (the client's FLUSH/FUA), so it always "
+      "holds a state a power cut could have left; lba: address order, the fastest drain, no such promise",
+      "writeback_order", "order", {"flush", "lba"}, "flush",
+      [](Reading& r) { return Value::Text(WritebackOrderName(r.target().set->knobs().writeback_order.load())); },
+      SetWritebackOrder));
   t.push_back(AutoKnob("sequential_cutoff", bdev,
                        "streams this long bypass the cache; 0 disables; auto: streams are cached while there "
                        "is space to spare or when read again",
@@ -382,6 +404,25 @@ std::vector<Attribute> BuildTable() {
   t.push_back(Stat("congested_bypasses", bdev, "requests sent around the cache because the cache device was congested",
                    "congested_bypasses_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->congested_bypasses()); }));
+  for (int k = 0; k < BypassPolicy::kKinds; k++) {
+    const auto kind = static_cast<BypassPolicy::Kind>(k);
+    const bool write = kind != BypassPolicy::kRead;
+    const char* flag = kind == BypassPolicy::kWriteFua          ? "fua"
+                       : kind == BypassPolicy::kWriteAfterFlush ? "after_flush"
+                                                                : "plain";
+    static constexpr const char* kHelp[BypassPolicy::kKinds] = {
+        "requests sent around the cache for any reason, by op and flag (fua; after_flush: arrived while a FLUSH "
+        "was in flight, or first after one; plain): reads",
+        "requests sent around the cache for any reason, by op and flag: writes neither FUA nor after a FLUSH",
+        "requests sent around the cache for any reason, by op and flag: FUA writes",
+        "requests sent around the cache for any reason, by op and flag: writes that arrived while a FLUSH was "
+        "in flight, or first after one"};
+    Attribute a = Stat(std::string("bypasses/") + BypassPolicy::KindName(kind), bdev, kHelp[k], "bypasses_total",
+                       MetricType::kCounter,
+                       [kind](Reading& r) { return Value::Int(r.target().device->bypasses(kind)); });
+    a.labels = std::string("op=\"") + (write ? "write" : "read") + "\",flag=\"" + flag + "\"";
+    t.push_back(std::move(a));
+  }
   t.push_back(Stat("auto_congested_bypasses", bdev,
                    "requests sent around the cache because the cache device was expected to be slower than the "
                    "backing device (congested thresholds auto)",
@@ -569,6 +610,8 @@ std::vector<Attribute> BuildTable() {
       {"btree_cached_bytes", "memory those nodes use", "btree_cached_bytes", MetricType::kGauge, &IS::cached_bytes},
       {"btree_node_reads", "index node reads", "btree_node_reads_total", MetricType::kCounter, &IS::node_reads},
       {"btree_node_writes", "index node writes", "btree_node_writes_total", MetricType::kCounter, &IS::node_writes},
+      {"btree_node_parks", "index calls on a serving reactor that parked for a node read",
+       "btree_node_parks_total", MetricType::kCounter, &IS::node_parks},
       {"journal_bytes", "journal bytes since the last checkpoint", "journal_bytes", MetricType::kGauge,
        &IS::journal_bytes},
   };

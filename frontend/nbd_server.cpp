@@ -236,6 +236,7 @@ Status NbdServer::Start() {
     auto f = made->get_future();
     threads_.emplace_back([made, i] {
       SetThreadName("ub-reactor" + std::to_string(i));
+      MarkServingThread(true);  // serves clients: never waits (util/thread.h)
       auto r = Reactor::Create();
       if (!r.ok()) {
         made->set_value(r.status());

@@ -44,6 +44,7 @@ void UblkQueue::Hold() {
 
 void UblkQueue::ThreadMain(std::promise<Status>* started) {
   SetThreadName("ub-ublkq" + std::to_string(cfg_.q_id));
+  MarkServingThread(true);  // serves clients: never waits (util/thread.h)
   // Room for every tag's command plus the backend I/O it fans out into; the
   // ring submits early when the SQ fills, so this is not a hard limit.
   auto made = Reactor::Create(std::max(256u, 2u * cfg_.depth));

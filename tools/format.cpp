@@ -469,6 +469,7 @@ void PrintBacking(const BackingSuperblock& sb, bool json) {
   f.Num("last_mount", sb.last_mount);
   f.Num("dirty_since", sb.dirty_since);
   f.Str("dirty_since_utc", sb.dirty_since ? TimeString(sb.dirty_since) : "none");
+  f.Str("writeback_order", WritebackOrderName(sb.writeback_order));
   f.Print(json);
 }
 

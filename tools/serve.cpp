@@ -273,7 +273,7 @@ Args ServeArgs() {
       .Option("cache-mode", "MODE",
               "writethrough, writeback, writearound or none; without it, the mode the first formatted "
               "backing device records (`ctl set cache_mode` persists it), else writethrough; the flag "
-              "holds for this run")
+              "is recorded in every formatted backing device, as `ctl set cache_mode` would")
       .Option("policy", "P",
               "auto: the adaptive defaults below; bcache: bcache's fixed ones (sequential cutoff 4M, "
               "congested thresholds 2000 and 20000 us), for comparison", "auto")
@@ -521,6 +521,7 @@ int ServeMain(int argc, char** argv) {
   std::vector<std::unique_ptr<BackingSuper>> supers(backing_specs.size());  // formatted ones
   std::vector<BlockDevice*> opened;  // each --backing as opened: the one that may be fenced
   std::optional<CacheMode> sb_cache_mode;  // the first formatted backing device's
+  std::optional<WritebackOrder> sb_writeback_order;  // ditto
   for (size_t i = 0; i < backing_specs.size(); i++) {
     const std::string& spec = backing_specs[i];
     auto dev = OpenDevice(spec, opts);
@@ -541,6 +542,7 @@ int ServeMain(int argc, char** argv) {
               sb->label);
       supers[i] = std::make_unique<BackingSuper>(dev->get(), *sb);
       if (!sb_cache_mode) sb_cache_mode = sb->cache_mode;
+      if (!sb_writeback_order) sb_writeback_order = sb->writeback_order;
       if (!args.Has("cache") && !opts.read_only && sb->state == BackingState::kClean) {
         // Writes that bypass the cache set would leave its copy stale: the
         // device is detached first, so the set starts it cold next time.
@@ -600,9 +602,11 @@ int ServeMain(int argc, char** argv) {
     if (!s.ok()) Die(2, s.status().message());
     set = std::move(s).value();
     io_opt = static_cast<uint32_t>(set->options().bucket_size);
-    // cache_mode persists in the backing superblock (ctl set cache_mode); a
-    // flag overrides it for this run.
+    // cache_mode and writeback_order persist in the backing superblock (ctl
+    // set); --cache-mode overrides the mode and is persisted too (below, as
+    // each device attaches), as --set writeback_order=... is (SetAttribute).
     if (sb_cache_mode) set->knobs().cache_mode = *sb_cache_mode;
+    if (sb_writeback_order) set->knobs().writeback_order = *sb_writeback_order;
     ApplyKnobFlags(args, set->knobs());
     for (size_t i = 0; i < backings.size(); i++) {
       Uuid uuid{};
@@ -620,6 +624,13 @@ int ServeMain(int argc, char** argv) {
           Status wst = supers[i]->Attach(set->set_uuid());
           if (!wst.ok()) Die(2, backing_specs[i] + ": cannot attach: " + wst.message());
           UB_INFO("{}: attached to cache set {}", backing_specs[i], FormatUuid(set->set_uuid()));
+        }
+        // A --cache-mode given on the command line is the device's mode from
+        // now on, as a `ctl set cache_mode` would make it: forget-cache and
+        // the next start read it there.
+        if (args.Has("cache-mode") && !opts.read_only) {
+          Status mst = supers[i]->SetCacheMode(set->knobs().cache_mode.load());
+          if (!mst.ok()) Die(2, backing_specs[i] + ": cannot record the cache mode: " + mst.message());
         }
       }
       uint32_t dev = set->DeviceNumber(uuid, attached);

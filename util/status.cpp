@@ -45,6 +45,7 @@ int Status::ToErrno() const {
     case Code::kBusy: return EBUSY;
     case Code::kShutdown: return ESHUTDOWN;
     case Code::kAgain: return EAGAIN;
+    case Code::kWouldBlock: return EAGAIN;
   }
   return EIO;
 }
@@ -64,6 +65,7 @@ std::string Status::ToString() const {
     case Code::kBusy: name = "busy"; break;
     case Code::kShutdown: name = "shut down"; break;
     case Code::kAgain: name = "try again"; break;
+    case Code::kWouldBlock: name = "would block"; break;
   }
   return std::string(name) + ": " + message();
 }

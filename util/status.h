@@ -34,6 +34,9 @@ class [[nodiscard]] Status {
     kBusy,             // EBUSY
     kShutdown,         // ESHUTDOWN
     kAgain,            // EAGAIN
+    // EAGAIN too, but never from errno: a call that would have to wait
+    // (metadata not in memory) on a thread that must not (a serving reactor).
+    kWouldBlock,
   };
 
   Status() = default;
@@ -52,6 +55,7 @@ class [[nodiscard]] Status {
   static Status Overflow(std::string msg) { return Status(Code::kOverflow, std::move(msg)); }
   static Status Busy(std::string msg) { return Status(Code::kBusy, std::move(msg)); }
   static Status Shutdown(std::string msg) { return Status(Code::kShutdown, std::move(msg)); }
+  static Status WouldBlock(std::string msg) { return Status(Code::kWouldBlock, std::move(msg)); }
   // From a negative or positive errno (io_uring's -errno convention); the one
   // place errno values become Status codes.
   static Status FromErrno(int err, std::string context);
@@ -70,6 +74,7 @@ class [[nodiscard]] Status {
   bool IsCorruption() const { return code_ == Code::kCorruption; }
   bool IsNoSpace() const { return code_ == Code::kNoSpace; }
   bool IsNotSupported() const { return code_ == Code::kNotSupported; }
+  bool IsWouldBlock() const { return code_ == Code::kWouldBlock; }
 
  private:
   Status(Code code, std::string msg)

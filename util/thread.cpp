@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 
 namespace ubcache {
 
@@ -28,6 +30,23 @@ struct SchedAttr {
 };
 
 }  // namespace
+
+namespace {
+thread_local bool serving_thread = false;
+}  // namespace
+
+void MarkServingThread(bool serving) { serving_thread = serving; }
+bool IsServingThread() { return serving_thread; }
+
+void AssertMayBlock([[maybe_unused]] const char* what) {
+#ifndef NDEBUG
+  if (serving_thread) {
+    // Straight to stderr: the process ends on the next line.
+    std::fprintf(stderr, "ubcache: a serving reactor would block: %s\n", what);
+    std::abort();
+  }
+#endif
+}
 
 void SetThreadName(const std::string& name) { pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); }
 

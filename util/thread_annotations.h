@@ -8,6 +8,8 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "util/thread.h"
+
 #if defined(__clang__)
 #define UB_THREAD_ANNOTATION(x) __attribute__((x))
 #else
@@ -64,7 +66,10 @@ class SCOPED_CAPABILITY MutexLock {
 // runs under the mutex, the loop keeps the guarded reads checked.)
 class CondVar {
  public:
+  // Never on a serving reactor: AssertMayBlock (util/thread.h) aborts there
+  // in builds with assertions.
   void Wait(Mutex* mu) REQUIRES(mu) {
+    AssertMayBlock("CondVar::Wait");
     std::unique_lock<std::mutex> l(mu->mu_, std::adopt_lock);
     cv_.wait(l);
     l.release();  // still held: the caller's lock owns it
@@ -72,6 +77,7 @@ class CondVar {
   // False once `deadline` has passed (the mutex is held again either way).
   template <class Clock, class Duration>
   bool WaitUntil(Mutex* mu, const std::chrono::time_point<Clock, Duration>& deadline) REQUIRES(mu) {
+    AssertMayBlock("CondVar::WaitUntil");
     std::unique_lock<std::mutex> l(mu->mu_, std::adopt_lock);
     bool woken = cv_.wait_until(l, deadline) == std::cv_status::no_timeout;
     l.release();

@@ -22,6 +22,7 @@ SUITE=$(basename "$0" .sh)
 QUICK=${QUICK:-0}
 UBCACHE=${UBCACHE:-$repo/build/ubcache}
 POLLER=${POLLER:-$(dirname "$UBCACHE")/bench/ctl_poller}
+RESPONDER=${RESPONDER:-$(dirname "$UBCACHE")/bench/nbd_min_responder}
 WORK=${WORK:-/var/tmp/ubcache-bench/run}
 SUITE_DIR=${SUITE_DIR:-$bench/results/$SUITE-$(date +%Y%m%d-%H%M%S)}
 export UBCACHE POLLER

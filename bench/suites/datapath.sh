@@ -16,10 +16,13 @@
 #   mem       ubcache serve --backing mem:SIZE (written in full first)
 #   nbdkit    nbdkit memory SIZE (written in full first)
 #   null      nbdkit null SIZE: no I/O at all, the protocol and fio's client
+#   min       bench/nbd_min_responder DATA: the least an io_uring NBD server
+#             does for a read (recv, O_DIRECT read, writev; nothing else) —
+#             what this machine carries with a client, a server and the disk
 #   wb        ubcache serve --cache C2 --backing B2 --cache-mode writeback
 #             (formatted; cutoff and thresholds 0): writes land in the cache
 # Workloads: 4 KiB randread QD1 and QD32, 1 MiB sequential read QD8 (raw,
-# file, hit, qemu-nbd, mem, nbdkit, null); 4 KiB randwrite QD32 and 1 MiB
+# file, hit, qemu-nbd, min, mem, nbdkit, null); 4 KiB randwrite QD32 and 1 MiB
 # sequential write QD8 (raw, wb, mem, nbdkit, null). NBD configurations go
 # through fio's nbd engine (libnbd, one connection). Every server is up for
 # the whole run; each round drives every configuration of a workload once,
@@ -49,6 +52,7 @@ UBLK=${DATAPATH_UBLK:-0}
 export FILL=${FILL:-1}
 
 for t in "$FIO" "$NBDKIT" "$QEMU_NBD" "$PYTHON"; do command -v "$t" >/dev/null || { echo "datapath: $t not found" >&2; exit 2; }; done
+[[ -x $RESPONDER ]] || { echo "datapath: $RESPONDER is not built (target nbd_min_responder)" >&2; exit 2; }
 "$FIO" --enghelp 2>/dev/null | grep -qw nbd || { echo "datapath: this fio has no nbd engine" >&2; exit 2; }
 [[ $SECONDS_PER =~ ^[1-9][0-9]*(ms)?$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
   { echo "datapath: DP_SECONDS is N (seconds) or Nms, DP_ROUNDS a positive integer" >&2; exit 2; }
@@ -94,6 +98,7 @@ start_server mem "$UBCACHE" serve --backing "mem:$size" --nbd "unix:$raw/mem.soc
   die "ubcache serve (mem:) failed to start"
 start_server qemu-nbd "$QEMU_NBD" --read-only --cache=none --aio=io_uring --format=raw --shared=8 --persistent \
   --socket="$raw/qemu-nbd.sock" "$DATA" || die "qemu-nbd failed to start"
+start_server min "$RESPONDER" "$raw/min.sock" "$DATA" || die "nbd_min_responder failed to start"
 start_server nbdkit "$NBDKIT" -f --exit-with-parent -U "$raw/nbdkit.sock" memory "$size" ||
   die "nbdkit memory failed to start"
 start_server null "$NBDKIT" -f --exit-with-parent -U "$raw/null.sock" null "$size" ||
@@ -118,7 +123,7 @@ common=(--time_based --runtime="$SECONDS_PER" --randrepeat=0 --norandommap --lat
 declare -A WL=([randread_4k_qd1]="randread 4k 1" [randread_4k_qd32]="randread 4k 32" [read_1m_qd8]="read 1m 8"
                [randwrite_4k_qd32]="randwrite 4k 32" [write_1m_qd8]="write 1m 8")
 workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_1m_qd8)
-read_configs=(raw file hit qemu-nbd mem nbdkit null)
+read_configs=(raw file hit qemu-nbd min mem nbdkit null)
 write_configs=(raw wb mem nbdkit null)
 
 run_one() {  # run_one WORKLOAD CONFIG ROUND
@@ -157,8 +162,8 @@ for w in "${workloads[@]}"; do
   done
 done
 show wb 1
-for s in file hit wb mem qemu-nbd nbdkit null; do running "$s" || true; done
-for s in file hit wb mem qemu-nbd nbdkit null; do stop_server "$s"; done
+for s in file hit wb mem qemu-nbd min nbdkit null; do running "$s" || true; done
+for s in file hit wb mem qemu-nbd min nbdkit null; do stop_server "$s"; done
 
 ublk_json=""
 if [[ $UBLK == 1 ]]; then
@@ -172,7 +177,7 @@ fi
 
 versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_NBD" --version | head -1)"
 servers=""
-for s in file hit wb mem qemu-nbd nbdkit null; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
+for s in file hit wb mem qemu-nbd min nbdkit null; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
 PYTHONPATH="$bench" "$PYTHON" "$bench/datapath_result.py" "$raw" "$SUITE_DIR/result.json" "$ROUNDS" \
   "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" ||
   failures=$((failures + 1))

@@ -22,7 +22,8 @@
 # fsync every 100 requests: sysbench's defaults but for O_DIRECT) at 4 and
 # at 48 threads, then fio randrw with the same mix (60 % reads, 16 KiB,
 # psync, 48 jobs, fsync every 100 writes) over the same files. ubcache's
-# counters (hits, misses, bypasses by reason, slow cache completions) are
+# counters (hits, misses, bypasses by reason and by op and flag — read,
+# write, FUA write, write after a FLUSH — slow cache completions) are
 # read after the prepare and after every run.
 #
 # The targets run in a fixed order, and the whole order is repeated: A B C …
@@ -158,7 +159,8 @@ def fio(path):
 KEYS = ["stats_total/cache_hits", "stats_total/cache_misses", "stats_total/cache_bypass_hits",
         "stats_total/cache_bypass_misses", "stats_total/bypassed", "sequential_bypasses", "congested_bypasses",
         "congested_slow_ios", "auto_congested_bypasses", "spare_admissions", "ghost_admissions",
-        "cache_full_bypasses", "dirty_data", "writeback_written"]
+        "cache_full_bypasses", "bypasses/read", "bypasses/write", "bypasses/write_fua",
+        "bypasses/write_after_flush", "dirty_data", "writeback_written"]
 
 def counters(p, tag):
     def load(t):

@@ -14,6 +14,7 @@
 # Every mode gets its own 256 MiB region of one backing file; at the end one
 # more server verifies all three regions, so no mode's run damaged another's.
 # ctest: label sanitized
+# ctest: cost 120
 source "$(dirname "$0")/lib.sh"
 
 M=$((1 << 20))

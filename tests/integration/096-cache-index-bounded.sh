@@ -10,6 +10,7 @@
 # within it, node reads from the device, and every verify read a hit; RSS
 # stays within a fixed bound. Logs bytes per extent on the device.
 # Reports bytes per cached extent on disk and resident.
+# ctest: cost 90
 source "$(dirname "$0")/lib.sh"
 
 format_cache_backing 1G 600M

@@ -21,6 +21,7 @@
 #     bypasses from 2 ms on, a cache that was still faster. The table goes
 #     to the log.
 # Every read is checked against the backing file.
+# ctest: cost 150
 source "$(dirname "$0")/lib.sh"
 
 CACHE=$WORK/cache.img

@@ -10,6 +10,7 @@
 # writes over the same range, the daemon's VmRSS and answered writes sampled
 # every 5 s. Over the second half the index does not grow, so neither may
 # RSS: at most 1 MiB, or 8 bytes per write (the leak was ~50 per write).
+# ctest: cost 90
 source "$(dirname "$0")/lib.sh"
 
 CACHE=$WORK/cache.img BACKING=$WORK/backing.img

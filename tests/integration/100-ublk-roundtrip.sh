@@ -6,6 +6,7 @@
 # (USER_COPY, and the buffer-copy path with USER_COPY hidden); --ublk-id,
 # --queues, --depth; two backing devices behind one cache get a device
 # each; SIGTERM stops and deletes the devices.
+# ctest: cost 1100
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

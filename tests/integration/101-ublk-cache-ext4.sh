@@ -11,6 +11,7 @@
 # at SIGTERM show cache hits, and e2fsck stays
 # clean. (A formatted cache keeps its index over a clean restart — test 095
 # checks that; here the hits are asserted after both reads.)
+# ctest: cost 1100
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

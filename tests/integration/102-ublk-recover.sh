@@ -11,6 +11,7 @@
 # no acknowledged write may revert — in writeback that rests on the soft
 # journal commit before each acknowledgement (doc/design.md, "Durability").
 # MODES="writeback" (or "writethrough") runs one.
+# ctest: cost 1200
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

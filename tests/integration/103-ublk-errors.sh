@@ -9,6 +9,7 @@
 # stops and deletes the device; a second SIGTERM while the stop waits on
 # slow requests makes the server exit at once; the stopped device it leaves
 # is taken over by --recover (deleted and added anew) and stopped cleanly.
+# ctest: cost 1100
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

@@ -9,6 +9,7 @@
 # nbd-client -certfile/-keyfile/-cacertfile attaches and round-trips, and
 # without a certificate it is refused. Then one server with --nbd and
 # --ublk: what /dev/ublkb0 writes, /dev/nbd0 reads.
+# ctest: cost 1100
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

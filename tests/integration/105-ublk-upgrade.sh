@@ -15,6 +15,7 @@
 # kernel log, e2fsck -fn clean, and `ubcache stop --delete` takes the device
 # away. The longest I/O pause is fio's largest completion latency over all
 # jobs, printed (emulated guest: a functional figure, not a benchmark).
+# ctest: cost 1300
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

@@ -23,6 +23,7 @@
 #
 # ctest: label crash
 # ctest: label sanitized
+# ctest: cost 400
 CRASH_POWERCUT=0
 CRASH_KNOBS=${CRASH_KNOBS:-journal_delay_ms=100}
 CRASH_DEFAULT_CYCLES=20

@@ -27,6 +27,7 @@
 #     bytes before; the export copied again equals the copy from C, and the
 #     backing file past data_offset (8 KiB) equals it byte for byte.
 # ctest: label sanitized
+# ctest: cost 90
 source "$(dirname "$0")/lib.sh"
 NO_CONGESTION="--congested-read-threshold-us 0 --congested-write-threshold-us 0"
 M=$((1 << 20))

@@ -17,6 +17,9 @@
 #     without --cache exits 2 with one line naming "dirty", and leaves it
 #     dirty. Served with its cache again (writeback_running back at its
 #     default, 1): the flushed block reads back.
+#  3b. Writeback at 64 KiB/s (writeback_percent 0) while fio rewrites a
+#     256 KiB region at 400 writes/s for 6 s: writeback_written grows (it
+#     counts the bytes the backing device took).
 #  4. writeback_running 0 (a flush writes back even so); fio writes
 #     random 4 KiB blocks over half of a 64 MiB region
 #     (verify=crc32c, read back at once); the export is copied (nbdcopy).
@@ -83,6 +86,27 @@ log "3 (${SECONDS} s): serve without --cache: exit $rc: $(cat "$WORK/alone.err")
 expect_sb "3 after the refused serve" dirty "2 [dirty]"
 serve
 qio "3 the flushed write survived kill -9" "read -P 0xa1 0 4k"
+
+# ---- 3b: writeback_written counts what reaches the backing device ----
+# Writeback without pause at 64 KiB/s while a client rewrites a 256 KiB
+# region (past 4's) all the time: writeback_written counts what the backing
+# device took, whether or not a rewrite came before writeback could mark it
+# clean. (Here it passed before the fix too: a rewrite waits for the
+# writeback write over its range, so some blocks are still marked clean;
+# the unit test "writeback_written counts what the backing device took"
+# makes every block rewritten before its mark, and fails without it.)
+for kv in writeback_rate_update_seconds=60 writeback_rate=64k writeback_percent=0 writeback_delay=1; do
+  ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "3b: ctl set ${kv%%=*} ${kv#*=}"
+done
+W0=$(ctl get writeback_written)
+run_fio "3b rewrites" --name=rewrite --rw=write --bs=4k --offset=66M --size=256k --time_based --runtime=6 \
+  --rate_iops=400
+W1=$(ctl get writeback_written)
+log "3b (${SECONDS} s): writeback_written $W0 -> $W1 over 6 s of rewrites; dirty $(ctl dirty-data)"
+((W1 > W0)) || fail "3b: writeback_written stayed at $W0 while writeback wrote back a region being rewritten"
+for kv in writeback_rate_update_seconds=5 writeback_percent=10 writeback_delay=30; do
+  ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "3b: ctl set ${kv%%=*} ${kv#*=}"
+done
 # 4's data stays dirty until the flush (which runs even so).
 ctl set writeback_running 0 >/dev/null
 

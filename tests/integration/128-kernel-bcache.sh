@@ -12,6 +12,7 @@
 #     a second disk, registered, 16 MiB of random data written through
 #     /dev/bcacheN, the device stopped. On the host, `ubcache serve --backing`
 #     of that disk (no cache) serves the same bytes (nbdcopy, sha256).
+# ctest: cost 1100
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

@@ -28,6 +28,7 @@
 #  7. clear errors, exit 2, in bounded time (and a conf=PATH option is not
 #     taken for a file path): a missing image, a missing
 #     pool, an unknown client id, a cluster nobody listens on (timeout=3).
+# ctest: cost 250
 source "$(dirname "$0")/lib.sh"
 
 CEPH=$WORK/ceph

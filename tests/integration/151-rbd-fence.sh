@@ -18,6 +18,7 @@
 #     the image (rbd export shows it);
 #  5. without a cache, a broken lock fails the passthrough daemon's writes
 #     with EIO.
+# ctest: cost 200
 source "$(dirname "$0")/lib.sh"
 
 CEPH=$WORK/ceph

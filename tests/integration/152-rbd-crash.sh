@@ -13,6 +13,7 @@
 #   UBCACHE=build/ubcache CRASH_CYCLES=100 bash tests/integration/152-rbd-crash.sh # the long mode
 #
 # ctest: label crash
+# ctest: cost 300
 CRASH_POWERCUT=0
 CRASH_BACKING=rbd
 CRASH_KNOBS=${CRASH_KNOBS:-journal_delay_ms=100}

@@ -12,6 +12,7 @@
 #     random data with checksums, umount, e2fsck -fn clean; the daemon
 #     restarted (with a cache: warm), the page cache dropped, the files
 #     verified, more written, umount, e2fsck -fn clean again.
+# ctest: cost 200
 source "$(dirname "$0")/lib.sh"
 
 CEPH=$WORK/ceph

@@ -27,6 +27,7 @@
 #     was plus everything written.
 #
 # A run takes about 65 s on 2 cores, 15 of them starting the cluster.
+# ctest: cost 200
 source "$(dirname "$0")/lib.sh"
 
 CLUSTER=$UBCACHE_SRC/tests/ceph/cluster.sh
@@ -241,7 +242,10 @@ took=$(nbd_write "$REF" $M:$M $((3 * M)):$M $((5 * M)):$M $((6 * M + M / 2)):$((
   fail "c: writes during the outage failed"
 in_range "$took" 0 $((T - 1)) || fail "c: writes during the outage took $took s to be acknowledged (timeout=$T)"
 nbd_check "$REF" 0:$((7 * M)) $((16 * M)):$((2 * M)) || fail "c: data written before and during the outage, read back from the cache"
-want_dirty=$((9 * M))
+# In flush order (the default) the first nbd_write's FLUSH closed an epoch:
+# 6.5..7 MiB, overwritten in the next one, keeps its older version in the
+# cache until that epoch is on the image (a kept version is dirty data too).
+want_dirty=$((9 * M + M / 2))
 [[ $(ctl get dirty_data) == "$want_dirty" ]] || fail "c: dirty_data $(ctl get dirty_data) during the outage (want $want_dirty)"
 # Writeback at full speed against the dead OSD: it fails, the data stays
 # dirty, and the flush waits.
@@ -259,9 +263,9 @@ kill -0 "$flush_pid" 2>/dev/null || fail "c: ctl flush returned with the OSD dea
 [[ $(ctl get dirty_data) == "$want_dirty" ]] || fail "c: dirty_data $(ctl get dirty_data) after failed writeback (want $want_dirty)"
 [[ $(ctl get state) == dirty && $(ctl get fenced) == 0 ]] ||
   fail "c: state '$(ctl get state)', fenced $(ctl get fenced) during the outage (want dirty, 0)"
-expect_contains "$(cat "$WORK/flush.out")" "9 MiB dirty left" "c: ctl flush's progress with the OSD dead"
+expect_contains "$(cat "$WORK/flush.out")" "9.50 MiB dirty left" "c: ctl flush's progress with the OSD dead"
 errors=$(ctl get writeback_errors)
-log "c: OSD dead: writes acknowledged in $took s, $errors writeback errors, 9 MiB still dirty, ctl flush waiting"
+log "c: OSD dead: writes acknowledged in $took s, $errors writeback errors, 9.5 MiB still dirty, ctl flush waiting"
 start_osd
 t0=$(now)
 for _ in $(seq 120); do kill -0 "$flush_pid" 2>/dev/null || break; sleep 0.5; done

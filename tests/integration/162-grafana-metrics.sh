@@ -24,6 +24,7 @@
 #  - a real Prometheus (Debian's package, from scripts/install-deps)
 #    scrapes the daemon every second and runs every expression (variables
 #    replaced as Grafana does): none may fail or come back empty.
+# ctest: cost 60
 source "$(dirname "$0")/lib.sh"
 
 DASH=$UBCACHE_SRC/contrib/grafana/ubcache.json

@@ -21,6 +21,9 @@
 # ctest: run alone
 # (the build keeps every core busy for minutes: beside it, other tests'
 # deadlines would be noise, and it would miss its own timeout.)
+# ctest: cost 900
+# (the first of the tests that run alone: a build, not a measurement, it
+# does not mind what scripts/test still runs in the background.)
 source "$(dirname "$0")/lib.sh"
 
 export DEBIAN_FRONTEND=noninteractive

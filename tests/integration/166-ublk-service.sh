@@ -12,6 +12,7 @@
 # --delete` then stops the loop (exit 0) and deletes the device (a plain
 # SIGTERM would hand it over to the next start: 105-ublk-upgrade).
 # Writeback, so the crash finds dirty data in the cache.
+# ctest: cost 1100
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

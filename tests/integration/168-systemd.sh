@@ -28,6 +28,9 @@
 # ctest: timeout 1800
 # (a fresh machine debootstraps the tree, and builds the package when 164
 # did not run: minutes each; a rerun takes under a minute.)
+# ctest: cost 600
+# (started among the first: it waits on downloads, and leaves the CPU to
+# the tests beside it.)
 source "$(dirname "$0")/lib.sh"
 
 export DEBIAN_FRONTEND=noninteractive

@@ -28,23 +28,9 @@ serve() {
   start_server --cache "$CACHE" --backing "$BACKING" --cache-mode writeback --nbd "unix:$SOCK" \
     --control "$CTL_SOCK" --set writeback_running=0
 }
-size_of() { nbdinfo --size "$(nbd_uri)"; }
-# put FILE OFFSET / same FILE OFFSET: write it through NBD (flushed) / compare.
-put() {
-  nbdsh -u "$(nbd_uri)" -c "h.pwrite(open('$1', 'rb').read(), $2); h.flush()" ||
-    fail "nbdsh: writing $1 at $2 failed"
-}
-same() {
-  nbdsh -u "$(nbd_uri)" -c "
-import sys
-want = open('$1', 'rb').read()
-got = h.pread(len(want), $2)
-sys.exit(0 if got == want else 1)" || fail "${3:-}: the export at $2 does not hold $1"
-}
-
 serve
-[[ $(size_of) == "$OLD_SIZE" ]] || fail "before: nbdinfo size $(size_of), want $OLD_SIZE"
-put "$WORK/old.bin" 0
+[[ $(nbd_size) == "$OLD_SIZE" ]] || fail "before: nbdinfo size $(nbd_size), want $OLD_SIZE"
+nbd_put "$WORK/old.bin" 0
 
 # A connection made before the resize: the size it negotiated is its own,
 # and it goes on working across the resize.
@@ -67,7 +53,7 @@ truncate -s 128M "$BACKING"
 out=$(ctl resize) || fail "ctl resize exited $?: $out"
 expect_contains "$out" "grown from 64.0 MiB" "ctl resize"
 expect_contains "$out" "($NEW_SIZE bytes)" "ctl resize"
-[[ $(size_of) == "$NEW_SIZE" ]] || fail "after ctl resize: nbdinfo size $(size_of), want $NEW_SIZE"
+[[ $(nbd_size) == "$NEW_SIZE" ]] || fail "after ctl resize: nbdinfo size $(nbd_size), want $NEW_SIZE"
 out=$(ctl resize) || fail "a second ctl resize exited $?: $out"
 expect_contains "$out" "unchanged" "a second ctl resize"
 echo >&7
@@ -76,24 +62,13 @@ wait "$EARLY" || fail "the connection made before the resize failed: $(cat "$WOR
 grep -q "grown from" "$SERVER_LOG" || fail "the daemon's log does not say it grew"
 
 # ---- B: write past the old end, read back ----
-put "$WORK/new.bin" $((72 * M))
-same "$WORK/new.bin" $((72 * M)) "past the old end"
-same "$WORK/old.bin" 0 "before the old end"
-dirty=$(ctl dirty-data)
-((dirty >= 16 * M)) || fail "writeback paused, yet only $dirty bytes are dirty"
+grown_write "$WORK/old.bin" "$WORK/new.bin" $((72 * M))
 # The end of the grown range is addressable; one block past it is not.
 nbdsh -u "$(nbd_uri)" -c "h.pread(4096, $NEW_SIZE - 4096)" || fail "reading the last block failed"
 if nbdsh -u "$(nbd_uri)" -c "h.pread(4096, $NEW_SIZE)" 2>/dev/null; then fail "a read past the new end succeeded"; fi
 
 # ---- C: restart, read back; written back to the right place ----
-stop_server
-serve
-[[ $(size_of) == "$NEW_SIZE" ]] || fail "after a restart: nbdinfo size $(size_of), want $NEW_SIZE"
-same "$WORK/new.bin" $((72 * M)) "after a restart, past the old end"
-same "$WORK/old.bin" 0 "after a restart, before the old end"
-ctl set writeback_running 1 >/dev/null
-ctl flush >"$WORK/flush.out" 2>&1 || fail "ctl flush: $(cat "$WORK/flush.out")"
-[[ $(ctl dirty-data) == 0 ]] || fail "dirty data left after ctl flush: $(ctl dirty-data)"
+grown_restart_flush "$NEW_SIZE" "$WORK/old.bin" "$WORK/new.bin" $((72 * M))
 cmp -s <(dd if="$BACKING" bs=1M skip=$((72 * M + DATA_OFFSET)) count=16 iflag=skip_bytes status=none) \
   "$WORK/new.bin" || fail "the backing file does not hold the data written past the old end"
 
@@ -104,6 +79,6 @@ err=$(ctl resize 2>&1) || rc=$?
 [[ $rc == 1 ]] || fail "ctl resize of a shrunk backing file exited $rc, want 1: $err"
 expect_contains "$err" "shrinking is not supported" "ctl resize of a shrunk backing file"
 [[ $(grep -c . <<<"$err") == 1 ]] || fail "more than one line: $err"
-[[ $(size_of) == "$NEW_SIZE" ]] || fail "a refused shrink changed the size: $(size_of)"
+[[ $(nbd_size) == "$NEW_SIZE" ]] || fail "a refused shrink changed the size: $(nbd_size)"
 truncate -s 128M "$BACKING"
 stop_server

@@ -14,6 +14,7 @@
 #  4. `rbd resize --allow-shrink` to 96 MiB is refused by the daemon (a
 #     warning saying shrinking is not supported) and the export keeps its
 #     size.
+# ctest: cost 150
 source "$(dirname "$0")/lib.sh"
 
 CEPH=$WORK/ceph
@@ -37,29 +38,18 @@ serve() {
   start_server --cache "$CACHE" --backing "$IMG" --cache-mode writeback --nbd "unix:$SOCK" \
     --control "$CTL_SOCK" --set writeback_running=0
 }
-size_of() { nbdinfo --size "$(nbd_uri)"; }
-put() {
-  nbdsh -u "$(nbd_uri)" -c "h.pwrite(open('$1', 'rb').read(), $2); h.flush()" ||
-    fail "nbdsh: writing $1 at $2 failed"
-}
-same() {
-  nbdsh -u "$(nbd_uri)" -c "
-import sys
-want = open('$1', 'rb').read()
-sys.exit(0 if h.pread(len(want), $2) == want else 1)" || fail "${3:-}: the export at $2 does not hold $1"
-}
 # wait_size WANT WHAT — nbdinfo's size becomes WANT within 30 s.
 wait_size() {
   local deadline=$((SECONDS + 30)) got
-  while got=$(size_of) && [[ $got != "$1" ]]; do
+  while got=$(nbd_size) && [[ $got != "$1" ]]; do
     ((SECONDS < deadline)) || fail "$2: nbdinfo size $got, want $1 (log: $(grep -i 'resiz\|grown' "$SERVER_LOG"))"
     sleep 0.2
   done
 }
 
 serve
-[[ $(size_of) == "$OLD_SIZE" ]] || fail "before: nbdinfo size $(size_of), want $OLD_SIZE"
-put "$WORK/old.bin" 0
+[[ $(nbd_size) == "$OLD_SIZE" ]] || fail "before: nbdinfo size $(nbd_size), want $OLD_SIZE"
+nbd_put "$WORK/old.bin" 0
 
 # ---- 1. rbd resize: followed with no ctl call ----
 rbdc resize rbd/grow --size 128M >"$WORK/resize.out" 2>&1 || fail "rbd resize: $(cat "$WORK/resize.out")"
@@ -72,19 +62,10 @@ out=$(ctl resize) || fail "ctl resize after the automatic growth exited $?: $out
 expect_contains "$out" "unchanged" "ctl resize after the automatic growth"
 
 # ---- 2. past the old end ----
-put "$WORK/new.bin" $((72 * M))
-same "$WORK/new.bin" $((72 * M)) "past the old end"
-same "$WORK/old.bin" 0 "before the old end"
-(($(ctl dirty-data) >= 16 * M)) || fail "writeback paused, yet only $(ctl dirty-data) bytes are dirty"
+grown_write "$WORK/old.bin" "$WORK/new.bin" $((72 * M))
 
 # ---- 3. restart, write back, rbd export ----
-stop_server
-serve
-[[ $(size_of) == "$NEW_SIZE" ]] || fail "after a restart: nbdinfo size $(size_of), want $NEW_SIZE"
-same "$WORK/new.bin" $((72 * M)) "after a restart, past the old end"
-same "$WORK/old.bin" 0 "after a restart, before the old end"
-ctl set writeback_running 1 >/dev/null
-ctl flush >"$WORK/flush.out" 2>&1 || fail "ctl flush: $(cat "$WORK/flush.out")"
+grown_restart_flush "$NEW_SIZE" "$WORK/old.bin" "$WORK/new.bin" $((72 * M))
 rbdc export rbd/grow "$WORK/export.img" >/dev/null 2>&1 || fail "rbd export"
 [[ $(stat -c %s "$WORK/export.img") == $((128 * M)) ]] || fail "rbd export: $(stat -c %s "$WORK/export.img") bytes"
 cmp -s <(dd if="$WORK/export.img" bs=1M skip=$((72 * M + DATA_OFFSET)) count=16 iflag=skip_bytes status=none) \
@@ -99,7 +80,7 @@ until grep -q "shrinking is not supported" "$SERVER_LOG"; do
   ((SECONDS < deadline)) || fail "no refusal logged after the image shrank"
   sleep 0.2
 done
-[[ $(size_of) == "$NEW_SIZE" ]] || fail "a refused shrink changed the size: $(size_of)"
+[[ $(nbd_size) == "$NEW_SIZE" ]] || fail "a refused shrink changed the size: $(nbd_size)"
 server_alive "the image shrank"
 rbdc resize rbd/grow --size 128M >/dev/null 2>&1 || fail "rbd resize back to 128M"
 stop_server

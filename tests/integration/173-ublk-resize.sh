@@ -12,6 +12,7 @@
 #    export (it used to be refused), and it serves; a stop that deletes the
 #    device and a new start give it the new size, and a write past the old
 #    end reads back and is in the backing file.
+# ctest: cost 1100
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/vm_lib.sh"
 

@@ -157,6 +157,11 @@ crash_stacks() {
     timeout 120 gdb -p "$pid" -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' 2>&1 |
       grep -vE '^\[(New LWP|Thread debugging|Inferior)|^Using host libthread_db' || echo "(gdb failed)"
     echo "==== end of the daemon's stacks ===="
+    # What the daemon says of itself (free buckets, dirty data, writeback):
+    # a hang's state, not only where its threads sleep.
+    echo "==== ctl show ===="
+    timeout "$CRASH_WATCHDOG_CTL_S" "$UBCACHE" ctl --control "$CTL_SOCK" show 2>&1 || echo "(ctl show failed)"
+    echo "==== end of ctl show ===="
   } >"$out" 2>&1
   cat "$out" >&"$CRASH_ERR"
 }

@@ -359,3 +359,46 @@ make_tls_cert() {
     fail "certtool: cannot make a $role certificate"
   cp "$ca/ca-cert.pem" "$out/ca-cert.pem"
 }
+
+# ---- a grown export (171-resize-file, 172-resize-rbd) ----
+# The script defines `serve` (start_server on its devices, writeback mode,
+# writeback_running=0 so what it writes stays dirty in the cache).
+# nbd_size — the size a new NBD connection is given (nbdinfo).
+nbd_size() { nbdinfo --size "$(nbd_uri)"; }
+# nbd_put FILE OFFSET — FILE written at OFFSET through NBD, then a FLUSH.
+nbd_put() {
+  nbdsh -u "$(nbd_uri)" -c "h.pwrite(open('$1', 'rb').read(), $2); h.flush()" ||
+    fail "nbdsh: writing $1 at $2 failed"
+}
+# nbd_holds FILE OFFSET WHAT — fails unless the export holds FILE at OFFSET.
+nbd_holds() {
+  nbdsh -u "$(nbd_uri)" -c "
+import sys
+want = open('$1', 'rb').read()
+sys.exit(0 if h.pread(len(want), $2) == want else 1)" || fail "$3: the export at $2 does not hold $1"
+}
+# grown_write OLD NEW OFFSET — after the export grew: NEW (a file) written at
+# OFFSET, past the old end, reads back, and so does OLD at 0; NEW is dirty
+# in the cache (writeback paused).
+grown_write() {
+  nbd_put "$2" "$3"
+  nbd_holds "$2" "$3" "past the old end"
+  nbd_holds "$1" 0 "before the old end"
+  local dirty
+  dirty=$(ctl dirty-data)
+  ((dirty >= $(stat -c %s "$2"))) || fail "writeback paused, yet only $dirty bytes are dirty"
+}
+# grown_restart_flush SIZE OLD NEW OFFSET — a restart (`serve`) keeps the
+# grown SIZE and both files (read from the cache: still dirty); then
+# writeback runs and `ctl flush` writes them back (no dirty data left). The
+# script checks the backing storage itself.
+grown_restart_flush() {
+  stop_server
+  serve
+  [[ $(nbd_size) == "$1" ]] || fail "after a restart: nbdinfo size $(nbd_size), want $1"
+  nbd_holds "$3" "$4" "after a restart, past the old end"
+  nbd_holds "$2" 0 "after a restart, before the old end"
+  ctl set writeback_running 1 >/dev/null
+  ctl flush >"$WORK/flush.out" 2>&1 || fail "ctl flush: $(cat "$WORK/flush.out")"
+  [[ $(ctl dirty-data) == 0 ]] || fail "dirty data left after ctl flush: $(ctl dirty-data)"
+}

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -228,6 +229,51 @@ TEST_CASE("a request dispatched from another reactor completes on its submitter'
   a_finished = true;
   other.join();
   CHECK(b_ran_on == b_thread);
+}
+
+TEST_CASE("a request dispatched from another reactor's completion goes to the device on its own") {
+  // This thread's write occupies the device (depth 1); the other thread's
+  // write queues behind it and is dispatched from this thread's
+  // completion. This reactor then stops running, as the writeback thread's
+  // sleeps between passes: the other write must complete all the same.
+  // Broken on purpose to see this fail: Dispatch submitting to the device
+  // below on the reactor it runs on (the merged epochs tree did): the
+  // other write's completion (the spindle model's timer) then waited on
+  // this reactor's ring — 120-writeback-crash's hang, where a client
+  // write-through sat on the sleeping writeback ring holding its range.
+  auto reactor = BoundReactor();
+  auto d = OpenDevice("sas:mem:64M");
+  REQUIRE(d.ok());
+  DeadlineScheduler sched(std::move(d).value());
+  AlignedBuffer a(4096), b(4096);
+  std::atomic<bool> b_submitted{false}, b_done{false}, release{false};
+  bool a_done = false;
+  sched.Write(0, 4096, a.data(), 0, [&](Status st) {
+    CHECK(st.ok());
+    a_done = true;
+  });
+  std::thread other([&] {
+    auto r = BoundReactor();
+    sched.Write(32 << 20, 4096, b.data(), 0, [&](Status st) {
+      CHECK(st.ok());
+      b_done = true;
+    });
+    b_submitted = true;
+    // Runs until told: this reactor must outlive any Post() to it.
+    while (!release) {
+      r->RunOnce(false);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  while (!b_submitted) std::this_thread::yield();
+  reactor->RunUntil([&] { return a_done; });
+  // This reactor is not run now.
+  uint64_t deadline = NowNanos() + 3'000'000'000ull;
+  while (!b_done && NowNanos() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(b_done.load());
+  while (!b_done) reactor->RunOnce(false);  // the broken form: let it finish to end cleanly
+  release = true;
+  other.join();
 }
 
 TEST_CASE("held writes go after the anticipation even when the reader's reactor is gone") {

@@ -249,6 +249,24 @@ TEST_CASE("a write between Sequence and a fill makes the fill a collision") {
   CHECK(LookupAll(*idx, 0, 0, 1).empty());
 }
 
+// Rule 9's fill half: checked to fail with BackingWriteInFlight returning false.
+TEST_CASE("a fill is refused while a backing write over its range is in flight, and taken after it") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  idx->BackingWriteBegins(0, 0, 2 * K);  // the write is issued, its completion not yet seen
+  uint64_t since = idx->Sequence(0, 0, K);
+  bool inserted = true;
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 1, 100), since, &inserted).ok());
+  CHECK_FALSE(inserted);  // it may have read the write's data
+  REQUIRE(idx->InsertIfUnchanged(Ext(1, 0, 1, 100), since, &inserted).ok());
+  CHECK(inserted);  // another device's range
+  REQUIRE(idx->Invalidate(0, 0, 2 * K).ok());  // its completion
+  idx->BackingWriteEnds(0, 0, 2 * K);
+  since = idx->Sequence(0, 0, K);
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 1, 100), since, &inserted).ok());
+  CHECK(inserted);
+}
+
 TEST_CASE("an unjournaled index keeps no pending ops however many changes it takes") {
   // An unformatted cache's index: nothing commits it, so anything it kept
   // per change would grow without bound under sustained writes.

@@ -6,6 +6,9 @@
 // taken; counts and the priority histogram stay consistent.
 #include "cache/bucket_allocator.h"
 
+#include "backend/reactor.h"
+#include "util/thread.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -731,5 +734,41 @@ TEST_CASE("a data allocation while the refill thread journals generations waits 
   a.WriteDone(r->bucket);
   refill.join();
   releaser.join();
+  RequireConsistent(a);
+}
+
+TEST_CASE("on a serving reactor an allocation that needs a journaled generation parks instead of waiting") {
+  BucketAllocator a(Opts(64));
+  FillAll(a);  // the free list is empty: the next allocation needs a reclaimed bucket
+  std::atomic<int> persists{0};
+  a.SetGenPersister([&](const std::vector<std::pair<uint32_t, uint8_t>>&) {
+    persists++;
+    return Status::OK();
+  });
+  auto reactor = Reactor::Create(64);
+  REQUIRE(reactor.ok());
+  (*reactor)->Bind();
+  bool woken = false, space = false;
+  {
+    ServingThreadScope serving;
+    auto r = a.Allocate(0, kBucket, kLru);
+    REQUIRE(r.status().IsWouldBlock());
+    CHECK(persists == 0);  // nothing journaled, nothing waited for, on this thread
+    REQUIRE(a.ParkForSpace([&](bool s) {
+      woken = true;
+      space = s;
+    }));
+  }
+  CHECK_FALSE(woken);
+  a.Refill(kLru);  // the refill thread's turn: it journals the reclaimed generations
+  CHECK(persists >= 1);
+  (*reactor)->RunUntil([&] { return woken; });  // posted back to the parked reactor
+  CHECK(space);
+  {
+    ServingThreadScope serving;
+    auto r = a.Allocate(0, kBucket, kLru);
+    REQUIRE(r.ok());
+    a.WriteDone(r->bucket);
+  }
   RequireConsistent(a);
 }

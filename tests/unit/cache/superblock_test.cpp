@@ -460,6 +460,24 @@ TEST_CASE("backing superblock: every cache mode and state round-trips through fl
   }
 }
 
+TEST_CASE("backing superblock: writeback_order is byte 152, inside the checksum, and > 1 is refused") {
+  BackingSuperblock in = SampleBacking();
+  CHECK(Encode(in)[152] == 0);  // flush: also what a superblock from before the field says
+  in.writeback_order = WritebackOrder::kLba;
+  Block b = Encode(in);
+  CHECK(b[152] == 1);
+  auto out = DecodeBackingSuperblock(b);
+  REQUIRE(out.ok());
+  CHECK(out->writeback_order == WritebackOrder::kLba);
+  Block flipped = b;
+  flipped[152] = 0;
+  CHECK(!DecodeBackingSuperblock(flipped).ok());  // bad csum: the byte is covered
+  in.writeback_order = static_cast<WritebackOrder>(2);
+  auto bad = DecodeBackingSuperblock(Encode(in));
+  REQUIRE(!bad.ok());
+  CHECK(bad.status().message().find("bad writeback order 2") != std::string::npos);
+}
+
 TEST_CASE("backing superblock: the layout is bcache's struct cache_sb_disk") {
   // Offsets from the kernel's include/uapi/linux/bcache.h (now
   // drivers/md/bcache/bcache_ondisk.h): csum 0, offset 8, version 16,

@@ -104,6 +104,23 @@ TEST_CASE("cache_mode set through the control path persists in the backing super
   CHECK(sb.seq == seq + 1);
 }
 
+TEST_CASE("writeback_order starts at flush, persists in the backing superblock, and refuses others") {
+  ControlRig rig;
+  CHECK(Get(rig, "writeback_order") == "flush");
+  CHECK(rig.Superblock().writeback_order == WritebackOrder::kFlush);
+  uint64_t seq = rig.Superblock().seq;
+  REQUIRE(SetAttribute(rig.target, "writeback_order", "lba").ok());
+  CHECK(rig.set->knobs().writeback_order.load() == WritebackOrder::kLba);
+  BackingSuperblock sb = rig.Superblock();
+  CHECK(sb.writeback_order == WritebackOrder::kLba);
+  CHECK(sb.seq == seq + 1);
+  CHECK(sb.cache_mode == CacheMode::kWritethrough);  // the other field kept
+  CHECK(SetAttribute(rig.target, "writeback_order", "random").IsInvalidArgument());
+  CHECK(Get(rig, "writeback_order") == "lba");
+  REQUIRE(SetAttribute(rig.target, "writeback_order", "flush").ok());
+  CHECK(rig.Superblock().writeback_order == WritebackOrder::kFlush);
+}
+
 TEST_CASE("attribute names are unique and every group has attributes") {
   std::map<std::string, int> seen;
   std::map<Group, int> groups;
