@@ -41,6 +41,7 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
       cache_io_(set, dev_index),
       bypass_(set, dev_index, &backing_time_),
       durability_(spec_, set, dev_index, backing),
+      ordered_(spec_, set, dev_index, &epoch_),
       ctx_{.spec = spec_,
            .set = set,
            .dev = dev_index,
@@ -52,7 +53,8 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
            .ranges = &ranges_,
            .cache_io = &cache_io_,
            .durability = &durability_,
-           .epoch = &epoch_},
+           .epoch = &epoch_,
+           .ordered = &ordered_},
       flush_(ctx_),
       read_(ctx_, &bypass_),
       write_through_(ctx_),
@@ -73,7 +75,13 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
                                                               .activity = &activity_,
                                                               .backing_time = &backing_time_,
                                                               .host = this,
-                                                              .durability = &durability_});
+                                                              .durability = &durability_,
+                                                              .ordered = &ordered_});
+    // A write the gate holds runs the writeback thread at full speed.
+    ordered_.SetWake([this] {
+      activity_.TurnedAway(NowNanos());
+      writeback_->Kick();
+    });
     writeback_->Start();
     can_writeback_ = true;
   }
@@ -143,6 +151,7 @@ void CachedDevice::Fence(const std::string& why) {
            spec_, why, FormatSize(dirty_bytes()));
   // Writes waiting for the backing superblock go on, to fail below.
   handshake_.SetDirtyOk(false);
+  ordered_.Advance(true);  // writes waiting for writeback's order go on, to fail below
   if (writeback_) writeback_->Kick();  // it records the fence
 }
 
@@ -268,6 +277,13 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
       });
 }
 
+bool CachedDevice::OrderMatters() const {
+  const CacheKnobs& k = set_->knobs();
+  return k.writeback_order.load(std::memory_order_relaxed) == WritebackOrder::kFlush &&
+         (k.cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback ||
+          set_->buckets().dirty_buckets() > 0);
+}
+
 void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dropped_clean,
                               bool dirty_refused) {
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
@@ -280,7 +296,29 @@ void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty,
   // A write over dirty data is cached even when it goes through (bcache).
   bool bypass = !attached() || (seq_bypass && !has_dirty);
   // In the writeback path DirtyWriteEngine gave `done` back when it could not take the write.
-  write_through_.Write(req, std::move(done), bypass, has_dirty, dropped_clean);
+  // Not ahead of older epochs still dirty in the cache (rule 14).
+  ordered_.Enter(
+      [this, req, bypass, has_dirty, dropped_clean, done = std::move(done)](bool go) mutable {
+        if (!go || fenced()) {  // it waited, and met the fence
+          CompleteLater(std::move(done), FencedError(spec_, req.op));
+          return;
+        }
+        // Rule 14: a FUA write closes its epoch, so on the backing device it
+        // follows the epoch's earlier writes only once a backing flush
+        // covers them (nothing to flush while the cache absorbs the writes).
+        if ((req.flags & kIoFua) && OrderMatters()) {
+          durability_.FlushForClient(
+              [this, req, bypass, has_dirty, dropped_clean, done = std::move(done)](Status st) mutable {
+                if (!st.ok()) {
+                  CompleteLater(std::move(done), st);
+                  return;
+                }
+                write_through_.Write(req, std::move(done), bypass, has_dirty, dropped_clean);
+              });
+          return;
+        }
+        write_through_.Write(req, std::move(done), bypass, has_dirty, dropped_clean);
+      });
 }
 
 }  // namespace ubcache

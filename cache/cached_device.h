@@ -68,6 +68,7 @@
 #include "cache/dirty_handshake.h"
 #include "cache/dirty_write_engine.h"
 #include "cache/discard_engine.h"
+#include "cache/ordered_gate.h"
 #include "cache/engine_context.h"
 #include "cache/flush_engine.h"
 #include "cache/range_guard.h"
@@ -121,6 +122,10 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // Writeback-mode writes written through because the cache in use had
   // passed cutoff_writeback (cutoff_writeback_sync for FUA writes).
   uint64_t cutoff_writethroughs() const { return dirty_write_.cutoff_writethroughs(); }
+  // Writes and discards that waited for writeback to reach their epoch
+  // before going to the backing device (rule 14, cache/ordered_gate.h).
+  uint64_t ordered_waits() const { return ordered_.waits(); }
+  uint64_t ordered_wait_us() const { return ordered_.wait_us(); }
   // What the backing device's reads and writes take, as this device sends them.
   const ServiceTime& backing_time() const { return backing_time_; }
   // See the top. Refuses a backing device that shrank (nothing changes).
@@ -149,6 +154,9 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // long as the backing device is out).
   void DoWrite(const IoRequest& req, IoDone done, bool dropped_before = false, bool dirty_refused = false);
   // DoWrite's second half, once the clean copies are gone: to the engine.
+  // writeback_order flush, and the device's writes can meet dirty data
+  // (writeback mode, or dirty data left from before a switch): rule 14.
+  bool OrderMatters() const;
   void RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dropped_clean,
                   bool dirty_refused);
   // The set failed: the backing device alone, then the range's extents go.
@@ -174,6 +182,7 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   CacheIo cache_io_;
   BypassPolicy bypass_;
   BackingDurability durability_;
+  OrderedGate ordered_;
   EngineContext ctx_;
   FlushEngine flush_;
   ReadEngine read_;

@@ -44,7 +44,16 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
     return false;
   // Sync writes (FUA, or right after a FLUSH): up to the sync cutoff.
   if (req.flags & (kIoFua | kIoAfterFlush)) return true;
-  return in_use <= k.cutoff_writeback.load(std::memory_order_relaxed) || WriteThroughAtCutoff(wb);
+  if (in_use <= k.cutoff_writeback.load(std::memory_order_relaxed)) return true;
+  // writeback_order flush: turned away here, the write would wait for every
+  // older epoch to be written back first (rule 14, cache/ordered_gate.h):
+  // absorbed instead, up to the sync cutoff, with writeback at full speed.
+  if (k.writeback_order.load(std::memory_order_relaxed) == WritebackOrder::kFlush &&
+      c_.set->buckets().dirty_buckets() > 0) {
+    if (wb && !c_.activity->TurnedAway(NowNanos())) wb->Kick();
+    return true;
+  }
+  return WriteThroughAtCutoff(wb);
 }
 
 bool DirtyWriteEngine::WriteThroughAtCutoff(Writeback* wb) {

@@ -7,7 +7,9 @@
 //
 // Accepts() is bcache's should_writeback (cutoffs as percent of the cache
 // in use); a write it turns away, or one the cache cannot take (no space,
-// or the cache write failed), goes through WriteThroughEngine instead.
+// or the cache write failed), goes through WriteThroughEngine instead —
+// in `flush` order after the router's OrderedGate (rule 14), which is why
+// that order absorbs writes past cutoff_writeback up to the sync cutoff.
 //
 // Ordering (doc/design.md "Durability"):
 //  - rule 7: the backing superblock durably dirty before the first dirty

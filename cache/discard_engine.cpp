@@ -7,6 +7,7 @@
 #include "cache/cache_io.h"
 #include "cache/cache_set.h"
 #include "cache/index_call.h"
+#include "cache/ordered_gate.h"
 #include "cache/range_guard.h"
 #include "util/log.h"
 
@@ -30,7 +31,14 @@ void DiscardEngine::Discard(const IoRequest& req, IoDone done) {
           Reactor::Current()->DeferDone(std::move(done), st);
           return;
         }
-        Issue(req, dropped->has_dirty, dropped->bytes > 0, std::move(done));
+        // Not ahead of older epochs still dirty in the cache (rule 14).
+        c_.ordered->Enter([this, req, dropped, done = std::move(done)](bool go) mutable {
+          if (!go) {
+            Reactor::Current()->DeferDone(std::move(done), Status::IoError(c_.spec + ": fenced while waiting for writeback"));
+            return;
+          }
+          Issue(req, dropped->has_dirty, dropped->bytes > 0, std::move(done));
+        });
       });
 }
 

@@ -23,6 +23,7 @@ class CacheIo;
 class CacheSet;
 class CacheStats;
 class DeviceActivity;
+class OrderedGate;
 class RangeGuard;
 class RequestStats;
 class ServiceTime;
@@ -43,6 +44,9 @@ struct EngineContext {
   // The device's write epochs (btree/write_epoch.h): a FLUSH closes one
   // (FlushEngine), a FUA write after its insert (DirtyWriteEngine).
   WriteEpoch* epoch;
+  // Rule 14's wait: a write or discard that goes to the backing device
+  // directly passes it first (cache/ordered_gate.h).
+  OrderedGate* ordered;
 };
 
 }  // namespace ubcache

@@ -12,6 +12,7 @@
 #include "cache/cache_set.h"
 #include "cache/device_activity.h"
 #include "cache/dirty_handshake.h"
+#include "cache/ordered_gate.h"
 #include "cache/range_guard.h"
 #include "cache/service_time.h"
 #include "util/aligned_buffer.h"
@@ -213,6 +214,7 @@ uint64_t Writeback::Pass(bool full_speed) {
   if (!(by_epoch ? CollectEpoch(s) : CollectDirty(s))) return 0;
   if (!s.pieces.empty() && !CommitBeforeWriteback(s)) return 1;
   ReadDirty(s);
+  if (by_epoch && !s.pieces.empty()) FlushClientWrites(s);
   WriteDirty(s, full_speed);
   reactor_->RunUntil([&] { return s.inflight == 0 && s.reading == 0; });
   if (!s.flush_failed) FlushAndMarkClean(s);
@@ -221,6 +223,7 @@ uint64_t Writeback::Pass(bool full_speed) {
   for (const auto& r : s.runs)
     if (r.start < r.end) d_.ranges->ReleaseWriteback(r.start, r.end);
   backoff_ns_ = s.failed ? std::clamp<uint64_t>(backoff_ns_ * 2, kNs / 10, kMaxBackoffNs) : 0;
+  d_.ordered->Advance();  // writes waiting for an epoch this pass finished
   if (s.stale + s.stale_kept > 0)
     UB_INFO("{}: writeback: dropped {} stale dirty extents and {} stale kept versions (their buckets were reused)",
             d_.spec, s.stale, s.stale_kept);
@@ -376,6 +379,26 @@ void Writeback::SplitUnreadable(PassState& s, size_t i) {
                   std::make_move_iterator(parts.end()));
 }
 
+void Writeback::FlushClientWrites(PassState& s) {
+  // Rule 14: a client write that went to the backing device past the
+  // ordered gate (cache/ordered_gate.h) belongs to an epoch no later than
+  // this pass's writes, and is durable before they are issued: one backing
+  // flush if any client write completed there since the last (rule 8's
+  // count; none while the cache absorbs every write).
+  bool done = false;
+  Status st;
+  d_.durability->FlushForClient([&](Status fst) {
+    st = std::move(fst);
+    done = true;
+  });
+  reactor_->RunUntil([&] { return done; });
+  if (!st.ok()) {
+    UB_WARN("{}: writeback: backing flush before epoch {} failed, nothing written: {}", d_.spec, s.epoch,
+            st.ToString());
+    s.flush_failed = s.failed = true;
+  }
+}
+
 void Writeback::FlushAndMarkClean(PassState& s) {
   // Rule 3, second half: the backing device's copies are durable before any
   // is marked clean. Called about once a second during a pass, and at its
@@ -521,11 +544,13 @@ void Writeback::Loop() {
   while (true) {
     uint64_t now = NowNanos();
     StateTransitions();
+    d_.ordered->Advance();  // the order or the cache's state may have changed
     if (now - last_update_ >= std::max<uint32_t>(1, k.writeback_rate_update_seconds.load()) * kNs) {
       UpdateRate(now);
       last_update_ = now;
     }
-    bool drain = draining_.load() > 0;
+    // Writes waiting for older epochs (rule 14) drain them, as ctl flush.
+    bool drain = draining_.load() > 0 || d_.ordered->waiting();
     // A failed cache device is not read again: its dirty data stays where it is.
     bool run = (drain || k.writeback_running.load()) && !d_.set->failed() && !d_.host->fenced();
     if (!run || (nothing_last && !drain)) {

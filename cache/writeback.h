@@ -78,6 +78,7 @@ struct Extent;
 class CacheSet;
 class DeviceActivity;
 class DirtyHandshake;
+class OrderedGate;
 class RangeGuard;
 class ServiceTime;
 
@@ -127,6 +128,9 @@ class Writeback {
     WritebackHost* host;
     // The backing flushes go through it: they count for rules 8 and 9.
     BackingDurability* durability;
+    // Writes waiting for writeback to reach their epoch (rule 14): told of
+    // every pass, and they keep the thread running at full speed.
+    OrderedGate* ordered;
   };
   explicit Writeback(Parts parts);
   ~Writeback();  // stops the thread; dirty data stays dirty
@@ -187,6 +191,9 @@ class Writeback {
   void SplitUnreadable(PassState& s, size_t i);
   void IssueChunk(PassState& s, Write* w, uint64_t chunk, bool yield, uint64_t now, uint64_t rate);
   // Rule 3's second half: flush the backing device, then mark clean.
+  // Flush order: client writes that reached the backing device since its
+  // last flush are made durable before the pass writes (rule 14).
+  void FlushClientWrites(PassState& s);
   void FlushAndMarkClean(PassState& s);
   void UpdateRate(uint64_t now);
   void StateTransitions();

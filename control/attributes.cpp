@@ -447,6 +447,14 @@ std::vector<Attribute> BuildTable() {
                    "speed meanwhile",
                    "cutoff_writethroughs_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->cutoff_writethroughs()); }));
+  t.push_back(Stat("ordered_waits", bdev,
+                   "writes and discards that went to the backing device only after writeback had written every "
+                   "older epoch (writeback_order flush: the cache could not take them)",
+                   "ordered_waits_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->ordered_waits()); }));
+  t.push_back(Stat("ordered_wait_us", bdev, "microseconds those writes and discards waited, summed",
+                   "ordered_wait_microseconds_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->ordered_wait_us()); }));
   AddServiceTime(t, bdev, "backing", [](Reading& r) -> const ServiceTime& { return r.target().device->backing_time(); });
   {
     Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state; fenced once another client "

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cache/ordered_gate.h"
+
+#include "btree/write_epoch.h"
+#include "cache/cache_set.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+namespace ubcache {
+
+OrderedGate::~OrderedGate() {
+  MutexLock l(&mu_);
+  for (Waiter& w : waiters_) w.reactor->Post([go = std::move(w.go)]() mutable { go(false); });
+  waiters_.clear();
+}
+
+bool OrderedGate::MayGo(uint64_t epoch) {
+  if (set_->knobs().writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush) return true;
+  // Nothing to keep in order: a failed cache's dirty data stays where it is.
+  if (set_->failed()) return true;
+  std::optional<uint64_t> oldest = set_->index().OldestEpoch(dev_);
+  return !oldest || *oldest >= epoch;
+}
+
+void OrderedGate::Enter(Callback<void(bool)> go) {
+  // The common case costs one load: no dirty data in the set at all
+  // (kept versions count into their buckets, rule 15).
+  if (set_->knobs().writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush ||
+      set_->buckets().dirty_buckets() == 0) {
+    go(true);
+    return;
+  }
+  const uint64_t epoch = epoch_->current();
+  bool waits = false;
+  {
+    // Under mu_, as Advance: writeback cannot finish the last older epoch
+    // between this check and the waiter's entry without seeing it.
+    MutexLock l(&mu_);
+    if (!MayGo(epoch)) {
+      waits = true;
+      uint64_t now = NowNanos();
+      waiters_.push_back({epoch, now, Reactor::Current(), std::move(go)});
+      nwaiting_.store(waiters_.size(), std::memory_order_relaxed);
+      waits_.fetch_add(1, std::memory_order_relaxed);
+      if (!set_->knobs().writeback_running.load(std::memory_order_relaxed) &&
+          now - stopped_logged_ns_ >= 10'000'000'000) {
+        stopped_logged_ns_ = now;
+        UB_INFO("{}: writes to the backing device wait for older epochs to be written back (writeback_order "
+                "flush); writeback runs for them although writeback_running is 0",
+                spec_);
+      }
+    }
+  }
+  if (!waits)
+    go(true);
+  else if (wake_)
+    wake_();
+}
+
+void OrderedGate::Advance(bool fenced) {
+  if (!waiting()) return;
+  std::vector<Waiter> ready;
+  {
+    MutexLock l(&mu_);
+    for (size_t i = 0; i < waiters_.size();) {
+      if (fenced || MayGo(waiters_[i].epoch)) {
+        ready.push_back(std::move(waiters_[i]));
+        waiters_[i] = std::move(waiters_.back());
+        waiters_.pop_back();
+      } else {
+        i++;
+      }
+    }
+    nwaiting_.store(waiters_.size(), std::memory_order_relaxed);
+  }
+  uint64_t now = NowNanos();
+  for (Waiter& w : ready) {
+    wait_us_.fetch_add((now - w.since_ns) / 1000, std::memory_order_relaxed);
+    w.reactor->Post([go = std::move(w.go), fenced]() mutable { go(!fenced); });
+  }
+}
+
+}  // namespace ubcache
