@@ -6,7 +6,10 @@
 # Devices: a formatted 64 MiB cache (64 KiB buckets) and a formatted 256 MiB
 # backing file behind the SAS model, writeback mode, writeback_running 0
 # (nothing is written back until the flush), cutoff_writeback 70 and
-# cutoff_writeback_sync 90 (their maxima).
+# cutoff_writeback_sync 90 (their maxima), writeback_order lba: bcache's
+# cutoffs. (In flush order a write past cutoff_writeback is absorbed up to
+# the sync cutoff, and past that waits for writeback to reach its epoch:
+# tests/unit/cache/epoch_order_test.cpp, rule 14.)
 #  A. fio randwrite 128 KiB, QD8, verify=crc32c over 192 MiB (3x the cache,
 #     every block once): no error, done within its timeout, and its verify
 #     pass reads every block back correct. Dirty data (sampled every 0.5 s)
@@ -42,7 +45,7 @@ DATA_BUCKETS=$("$UBCACHE" show-super "$CACHE" | awk '$1 == "data_buckets" {print
 [[ $DATA_BUCKETS =~ ^[0-9]+$ ]] || fail "no data_buckets in show-super $CACHE"
 start_server --cache "$CACHE" --backing "sas:$BACKING" --cache-mode writeback --nbd "unix:$SOCK" \
   --control "$CTL_SOCK" --sequential-cutoff 0 $NO_CONGESTION
-for kv in writeback_running=0 cutoff_writeback=70 cutoff_writeback_sync=90; do
+for kv in writeback_running=0 cutoff_writeback=70 cutoff_writeback_sync=90 writeback_order=lba; do
   ctl set "${kv%%=*}" "${kv#*=}" >/dev/null || fail "ctl set ${kv%%=*} ${kv#*=}"
 done
 CAP=$((DATA_BUCKETS * BUCKET))
