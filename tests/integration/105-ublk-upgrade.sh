@@ -42,7 +42,8 @@ start() {  # the unit's ExecStart, with binary $BIN; waits for COUNT lines of PA
   "$BIN" serve --config "$CONF" --recover auto 2>>"$SRV_LOG" &
   SRV_PID=$!
   i=0
-  while [ "$(grep -c -e "$2" "$SRV_LOG" || true)" -lt "$1" ]; do
+  # (no log yet, before the shell in the background opened it: 0 lines)
+  while n=$(grep -c -e "$2" "$SRV_LOG" 2>/dev/null); [ "${n:-0}" -lt "$1" ]; do
     kill -0 $SRV_PID 2>/dev/null || fail "serve ($BIN) exited before '$2'"
     i=$((i + 1)); [ $i -lt 600 ] || fail "no '$2' after 60 s"
     sleep 0.1

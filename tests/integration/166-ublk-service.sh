@@ -44,7 +44,8 @@ SRV_LOG=$WORKDIR/srv.log
 LOOP=$!
 wait_line() {  # COUNT PATTERN — waits up to 60 s for COUNT lines
   i=0
-  while [ "$(grep -c -e "$2" "$SRV_LOG" 2>/dev/null || true)" -lt "$1" ]; do
+  # (no log yet, before the server's first line: grep prints nothing — 0)
+  while n=$(grep -c -e "$2" "$SRV_LOG" 2>/dev/null); [ "${n:-0}" -lt "$1" ]; do
     i=$((i + 1)); [ $i -lt 600 ] || fail "no $1 x '$2' in the server log after 60 s"
     kill -0 $LOOP 2>/dev/null || fail "the restart loop ended: $(cat "$WORKDIR/exits")"
     sleep 0.1
