@@ -11,6 +11,7 @@
 
 #include "backend/mem_device.h"
 #include "backend/sync_io.h"
+#include "timing.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
 #include "util/thread.h"
@@ -205,8 +206,17 @@ TEST_CASE("auto congestion: both devices measured, a cache as fast as the backin
   CHECK(rig.dev->backing_time().Samples(ServiceTime::Op::kRead, 1) > 0);
   // Two RAM devices: never clearly slower but for a scheduling hiccup,
   // whose sample the next dozen fast ones wash out.
-  // Sanitizer builds on a loaded machine have more hiccups: a bound, not 0.
-  CHECK(rig.dev->auto_congested_bypasses() < 32);
+  // A loaded machine has more hiccups: a bound, not 0. Sanitizer builds,
+  // two tests to two cores, saw 33-78 of the 192 reads bypass (ASan, a
+  // CPU hog beside it: 4 runs of 10; 0 of 10 in the release build): there
+  // the bound is half the reads — a cache taken for slower all the time
+  // would bypass nearly all of them.
+#ifdef UBCACHE_TEST_SANITIZED
+  constexpr uint64_t kHiccups = 96;
+#else
+  constexpr uint64_t kHiccups = 32;
+#endif
+  CHECK(rig.dev->auto_congested_bypasses() < kHiccups);
   StatsGroup g = rig.dev->stats().Snapshot(StatsWindow::kTotal, NowNanos());
   CHECK(g.cache_hits + g.cache_bypass_hits >= 2 * 64 - 32);
 }
