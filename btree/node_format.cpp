@@ -150,8 +150,10 @@ Status DecodeNode(const uint8_t* buf, uint32_t node_size, const NodeExpectation&
       if (version >= 2) UnpackEpoch(&end, &e.len, &e.cache_offset, &e.epoch);
       e.gen = p[24];
       e.dirty = (p[25] & 1) != 0;
+      // (A version 1 entry's cache offset is taken whole: it too must be
+      // one a leaf of version 2 can hold.)
       if (e.len == 0 || e.len % kIndexBlock != 0 || end % kIndexBlock != 0 || end < e.len ||
-          (p[25] & ~1) != 0) {
+          e.cache_offset % kIndexBlock != 0 || e.cache_offset >= kMaxCacheOffset || (p[25] & ~1) != 0) {
         return Status::Corruption(Where(want.addr) + "bad extent");
       }
       e.start = end - e.len;
