@@ -282,14 +282,15 @@ struct EpochRig {
     epoch++;
   }
   // Random ops; a hot set of blocks is overwritten across many epochs.
-  void Run(std::mt19937_64& rng, int ops) {
+  // Without `fua` the epochs end at FLUSHes only.
+  void Run(std::mt19937_64& rng, int ops, bool fua = true) {
     for (int i = 0; i < ops; i++) {
       uint64_t r = rng() % 100;
       if (r < 8) {
         Flush();
       } else {
         uint64_t block = rng() % 2 ? rng() % 8 : rng() % kBlocks;
-        Write(block, r < 12);
+        Write(block, fua && r < 12);
       }
       if (rng() % 64 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let writeback catch up
     }
@@ -392,6 +393,29 @@ TEST_CASE("flush order: writes the cache turns away wait for older epochs (rule 
     INFO(rig.history.first_violation());
     CHECK(rig.history.violations() == 0);
   }
+}
+
+// Rule 14, the other road: writearound (and none) after a switch from
+// writeback send every write to the backing device while the dirty epochs
+// from before the switch are still being written back. Its epochs end at
+// FLUSHes here (broken on purpose, MayGo always true: 309 violations):
+// once no dirty data is left, writearound's writes reach
+// the backing device as they would without a cache, where a FUA write
+// does not order the plain writes before it (RouteWrite flushes before a
+// FUA write-through only in writeback mode or while dirty data remains).
+TEST_CASE("flush order: a switch to writearound keeps the writes behind the older epochs (rule 14)") {
+  EpochRig rig(WritebackOrder::kFlush);
+  std::mt19937_64 rng(21);
+  CacheKnobs& k = rig.set->knobs();
+  rig.Run(rng, 300);
+  k.cache_mode = CacheMode::kWritearound;
+  rig.Run(rng, 300, false);
+  CHECK(rig.dev->ordered_waits() > 0);
+  k.cache_mode = CacheMode::kWriteback;
+  rig.Run(rng, 300);
+  rig.CheckFinal();
+  INFO(rig.history.first_violation());
+  CHECK(rig.history.violations() == 0);
 }
 
 TEST_CASE("lba order breaks the rule the flush order keeps (the check can fail)") {
