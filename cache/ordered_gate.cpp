@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/ordered_gate.h"
 
+#include <cassert>
+
 #include "btree/write_epoch.h"
 #include "cache/cache_set.h"
 #include "util/clock.h"
@@ -9,9 +11,14 @@
 namespace ubcache {
 
 OrderedGate::~OrderedGate() {
+  // A waiter is a request in flight, and its continuation uses the cached
+  // device that is going away: running it later would be a use after free,
+  // so it is dropped (its client gets no answer) — and the assertion says
+  // the caller broke the rule that requests are answered first.
   MutexLock l(&mu_);
-  for (Waiter& w : waiters_) w.reactor->Post([go = std::move(w.go)]() mutable { go(false); });
-  waiters_.clear();
+  if (!waiters_.empty())
+    UB_ERROR("{}: {} requests still waited for writeback when the device went away", spec_, waiters_.size());
+  assert(waiters_.empty());
 }
 
 bool OrderedGate::MayGo(uint64_t epoch) {

@@ -45,8 +45,8 @@ class OrderedGate {
  public:
   OrderedGate(std::string spec, CacheSet* set, uint32_t dev, const WriteEpoch* epoch)
       : spec_(std::move(spec)), set_(set), dev_(dev), epoch_(epoch) {}
-  // Runs every waiter (a cached device goes away only after its requests
-  // were answered; this is for a crash in tests).
+  // A cached device goes away only after its requests were answered, so
+  // nothing waits here any more.
   ~OrderedGate();
   OrderedGate(const OrderedGate&) = delete;
   OrderedGate& operator=(const OrderedGate&) = delete;
