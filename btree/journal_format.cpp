@@ -11,17 +11,23 @@ namespace ubcache {
 namespace {
 constexpr uint8_t kEpochFlag = 0x04;
 constexpr uint8_t kProvisionalFlag = 0x80;
+
+// An insert or keep op's extent, after its type byte: dev, end, len,
+// cache offset, gen (doc/format.md).
+void StoreExtent(uint8_t* b, const Extent& e) {
+  StoreLE32(b + 1, e.dev);
+  StoreLE64(b + 5, e.start + e.len);
+  StoreLE32(b + 13, static_cast<uint32_t>(e.len));
+  StoreLE64(b + 17, e.cache_offset);
+  b[25] = e.gen;
+}
 }  // namespace
 
 void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e, const uint64_t* data_hash,
                     bool provisional) {
   uint8_t b[kJournalCheckedInsertOpSize + 8];
   b[0] = static_cast<uint8_t>(JournalOp::Type::kInsert);
-  StoreLE32(b + 1, e.dev);
-  StoreLE64(b + 5, e.start + e.len);
-  StoreLE32(b + 13, static_cast<uint32_t>(e.len));
-  StoreLE64(b + 17, e.cache_offset);
-  b[25] = e.gen;
+  StoreExtent(b, e);
   b[26] = (e.dirty ? 1 : 0) | (data_hash ? 2 : 0) | (e.epoch ? kEpochFlag : 0) |
          (provisional && !e.dirty ? kProvisionalFlag : 0);
   size_t n = kJournalInsertOpSize;
@@ -39,11 +45,7 @@ void AppendInsertOp(std::vector<uint8_t>* payload, const Extent& e, const uint64
 void AppendKeepOp(std::vector<uint8_t>* payload, const Extent& e) {
   uint8_t b[kJournalKeepOpSize];
   b[0] = static_cast<uint8_t>(JournalOp::Type::kKeep);
-  StoreLE32(b + 1, e.dev);
-  StoreLE64(b + 5, e.start + e.len);
-  StoreLE32(b + 13, static_cast<uint32_t>(e.len));
-  StoreLE64(b + 17, e.cache_offset);
-  b[25] = e.gen;
+  StoreExtent(b, e);
   StoreLE64(b + 26, e.epoch);
   payload->insert(payload->end(), b, b + sizeof(b));
 }
