@@ -44,8 +44,13 @@ grep -q '^D ' "$WORK/history" || fail "2: no FLUSH completed in 1 s"
 rc=0
 python3 "$CHECK" check --log "$WORK/history" --image "$img" --blocks $BLOCKS >"$WORK/check.log" 2>&1 || rc=$?
 ((rc == 0)) || fail "2: nbdkit's file after kill -9 (exit $rc): $(cat "$WORK/check.log")"
-read -r e m < <(grep -oE 'E = [0-9]+ of [0-9]+' "$WORK/check.log" | awk '{print $3, $5}')
-((e == m)) || fail "2: every barrier completed on a server that keeps everything, yet E = $e of $m"
+# A FUA write still in flight at the kill is a barrier of the history that
+# never completed and may not be in the file: E reaches every completed one.
+read -r e m c < <(grep -oE 'E = [0-9]+ of [0-9]+ barriers \([0-9]+ completed' "$WORK/check.log" |
+  tr -d '(' | awk '{print $3, $5, $7}')
+[[ -n $c ]] || fail "2: no 'E = … of … barriers (… completed' in the report: $(cat "$WORK/check.log")"
+((c >= m - 1 && e >= c)) ||
+  fail "2: every completed barrier is in a file nbdkit kept, yet E = $e of $m ($c completed)"
 log "2: $(head -n 1 "$WORK/check.log")"
 
 # ---- 3: doctored: the oldest write lost, as address-order writeback loses it ----

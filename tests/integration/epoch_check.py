@@ -134,6 +134,9 @@ class History:
                 raise HistoryError(f"barriers at lines {a['issue'] + 1} and {b['issue'] + 1} overlap "
                                    "(or the first never completed): this checker needs one at a time")
         self.m = len(self.barriers)
+        # Barriers complete in issue order (one at a time, checked above):
+        # the first `completed` did, at most the last one did not.
+        self.completed = sum(1 for b in self.barriers if b["done"] is not None)
         self.absent = self.m + 1
         # Bounds of every write's epoch.
         for j, b in enumerate(self.barriers, 1):
@@ -253,7 +256,8 @@ def _check(hist, contents):
                 lo[n["key"]] = max(lo[n["key"]], e)
         _, bad = hist.propagate(lo, hi)
         if bad is None:
-            report.append(f"consistent: E = {e} of {hist.m} barriers ({len(hist.writes)} writes; "
+            report.append(f"consistent: E = {e} of {hist.m} barriers ({hist.completed} completed; "
+                          f"{len(hist.writes)} writes; "
                           f"{sum(1 for c, _ in needs.values() if c)} blocks hold a write, the rest zeros)")
             return e, report
         if last_fail is None:
@@ -422,6 +426,11 @@ def selftest(_args=None):
         s.write(1); s.flush()
         s.issue(6)
     case("... or not", unacked_absent, want_e=1)
+
+    def fua_in_flight(s):
+        s.write(1); s.flush()
+        s.issue(6, fua=True)                 # barrier 2, in flight at the kill, never landed
+    case("a FUA write in flight at the kill is a barrier that need not be there", fua_in_flight, want_e=1)
 
     def unfinished_flush(s):
         s.write(1); s.write(1, land=False)   # block 1: v1 on disk, v2 not
