@@ -206,6 +206,9 @@ class ExtentIndex {
   uint64_t NewestEpoch(uint32_t dev);
   // The oldest epoch dev's dirty data or kept versions hold.
   std::optional<uint64_t> OldestEpoch(uint32_t dev);
+  // How many epochs dev's dirty data or kept versions hold (O(epochs x
+  // shards), shard locks: for ctl and metrics, not the data path).
+  uint64_t DirtyEpochs(uint32_t dev);
   // Up to `max` stripes of dev, ascending, holding dirty data or kept
   // versions of `epoch`.
   std::vector<uint64_t> EpochStripes(uint32_t dev, uint64_t epoch, size_t max);

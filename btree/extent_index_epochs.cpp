@@ -144,6 +144,23 @@ std::optional<uint64_t> ExtentIndex::OldestEpoch(uint32_t dev) {
   return oldest;
 }
 
+uint64_t ExtentIndex::DirtyEpochs(uint32_t dev) {
+  std::set<uint64_t> epochs;
+  for (auto& shp : shards_) {
+    Shard* sh = shp.get();
+    MutexLock l(&sh->mu);
+    // One lookup per distinct epoch: skip to the first key past it.
+    for (auto a = sh->epoch_stripes.lower_bound({dev, 0, 0});
+         a != sh->epoch_stripes.end() && std::get<0>(a->first) == dev;
+         a = sh->epoch_stripes.lower_bound({dev, std::get<1>(a->first) + 1, 0}))
+      epochs.insert(std::get<1>(a->first));
+    for (auto k = sh->kept.lower_bound({dev, 0, 0}); k != sh->kept.end() && std::get<0>(k->first) == dev;
+         k = sh->kept.lower_bound({dev, std::get<1>(k->first) + 1, 0}))
+      epochs.insert(std::get<1>(k->first));
+  }
+  return epochs.size();
+}
+
 std::vector<uint64_t> ExtentIndex::EpochStripes(uint32_t dev, uint64_t epoch, size_t max) {
   std::set<uint64_t> stripes;
   for (auto& shp : shards_) {

@@ -21,7 +21,8 @@ Status BackingSuper::Change(Fn fn) {
   BackingSuperblock next = sb_;
   fn(next);
   if (next.state == sb_.state && next.set_uuid == sb_.set_uuid && next.cache_mode == sb_.cache_mode &&
-      next.writeback_order == sb_.writeback_order)
+      next.writeback_order == sb_.writeback_order && next.dirty_since == sb_.dirty_since &&
+      next.consistent_as_of == sb_.consistent_as_of)
     return Status::OK();  // nothing to write
   next.seq++;
   // The in-memory copy changes only once the new one is durable, so a
@@ -43,6 +44,7 @@ Status BackingSuper::Detach() {
     sb.set_uuid = Uuid{};
     sb.state = BackingState::kNone;
     sb.dirty_since = 0;
+    sb.consistent_as_of = 0;
   });
 }
 
@@ -51,12 +53,25 @@ Status BackingSuper::SetCacheMode(CacheMode m) {
 }
 
 Status BackingSuper::SetWritebackOrder(WritebackOrder o) {
-  return Change([o](BackingSuperblock& sb) { sb.writeback_order = o; });
+  return Change([o](BackingSuperblock& sb) {
+    // Address order may put a newer block on the device before an older
+    // one: from the first such write on, no time is promised. This write is
+    // durable before the knob changes (control/attributes.cpp), so before
+    // writeback writes anything in the new order. Back in flush order, only
+    // the writeback thread may promise a time again (RecordConsistentAsOf),
+    // once the epochs that lba order may have written out of order are gone.
+    if (o == WritebackOrder::kLba) sb.consistent_as_of = 0;
+    sb.writeback_order = o;
+  });
 }
 
 Status BackingSuper::MarkDirty() {
   return Change([](BackingSuperblock& sb) {
-    if (sb.state != BackingState::kDirty) sb.dirty_since = static_cast<uint64_t>(std::time(nullptr));
+    if (sb.state != BackingState::kDirty) {
+      sb.dirty_since = static_cast<uint64_t>(std::time(nullptr));
+      // Clean until now: everything acknowledged so far is on the device.
+      sb.consistent_as_of = sb.writeback_order == WritebackOrder::kFlush ? sb.dirty_since : 0;
+    }
     sb.state = BackingState::kDirty;
   });
 }
@@ -65,6 +80,15 @@ Status BackingSuper::MarkClean() {
   return Change([](BackingSuperblock& sb) {
     if (sb.state == BackingState::kDirty) sb.state = BackingState::kClean;
     sb.dirty_since = 0;
+    sb.consistent_as_of = 0;
+  });
+}
+
+Status BackingSuper::RecordConsistentAsOf(uint64_t t) {
+  return Change([t](BackingSuperblock& sb) {
+    if (sb.state == BackingState::kDirty && sb.writeback_order == WritebackOrder::kFlush &&
+        t > sb.consistent_as_of)
+      sb.consistent_as_of = t;
   });
 }
 

@@ -9,6 +9,10 @@
 //    that says it can be used alone).
 //  - MarkClean() is called only after writeback has drained and the backing
 //    device was flushed (CachedDevice's writeback thread does both).
+//  - RecordConsistentAsOf(t) is called only after the backing flush that
+//    put every write acknowledged before t on the media; it never moves the
+//    time back, and SetWritebackOrder(lba) clears it before any write in
+//    address order (rule 16).
 //  - Detach() is called only when nothing is dirty (ctl detach flushes
 //    first); it writes bcache's detached state: none, zero set uuid.
 // Every write is WriteBackingSuperblock's flush, write, flush.
@@ -45,6 +49,11 @@ class BackingSuper {
   Status SetWritebackOrder(WritebackOrder o) EXCLUDES(mu_);
   Status MarkDirty() EXCLUDES(mu_);
   Status MarkClean() EXCLUDES(mu_);
+  // Writeback in `flush` order has put on the device, and flushed, every
+  // write acknowledged before unix second t (doc/design.md rule 16): records
+  // it as consistent_as_of if dirty, in flush order, and later than the
+  // recorded time. The writeback thread only, at most once a second.
+  Status RecordConsistentAsOf(uint64_t t) EXCLUDES(mu_);
 
  private:
   template <typename Fn>

@@ -54,6 +54,7 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
            .cache_io = &cache_io_,
            .durability = &durability_,
            .epoch = &epoch_,
+           .clock = &clock_,
            .ordered = &ordered_},
       flush_(ctx_),
       read_(ctx_, &bypass_),
@@ -63,7 +64,16 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
                      DoWrite(req, std::move(done), dropped_clean, dirty_refused);
                    }),
       discard_(ctx_) {
-  epoch_.StartAfter(set_->index().NewestEpoch(dev_));
+  const uint64_t newest = set_->index().NewestEpoch(dev_);
+  epoch_.StartAfter(newest);
+  // The epochs already dirty began no earlier than the time the backing
+  // superblock promises, or than it became dirty (epoch_clock.h).
+  uint64_t floor_s = 0;
+  if (super_) {
+    BackingSuperblock sb = super_->Get();
+    if (sb.state == BackingState::kDirty) floor_s = sb.consistent_as_of ? sb.consistent_as_of : sb.dirty_since;
+  }
+  clock_.Start(newest, floor_s ? floor_s * 1000 : UnixMillis());
   if (super_ && set_->persistent() && !backing->read_only()) {
     writeback_ = std::make_unique<Writeback>(Writeback::Parts{.spec = spec_,
                                                               .set = set_,
@@ -76,7 +86,9 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
                                                               .backing_time = &backing_time_,
                                                               .host = this,
                                                               .durability = &durability_,
-                                                              .ordered = &ordered_});
+                                                              .ordered = &ordered_,
+                                                              .epoch = &epoch_,
+                                                              .clock = &clock_});
     // A write the gate holds runs the writeback thread at full speed.
     ordered_.SetWake([this] {
       activity_.TurnedAway(NowNanos());
@@ -88,6 +100,14 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
 }
 
 CachedDevice::~CachedDevice() { writeback_.reset(); }
+
+uint64_t CachedDevice::writeback_lag_ms() {
+  const uint64_t now = UnixMillis();
+  std::optional<uint64_t> oldest = set_->index().OldestEpoch(dev_);
+  if (!oldest) return 0;
+  const uint64_t began = clock_.AsOf(*oldest);
+  return began && began < now ? now - began : 0;
+}
 
 std::string CachedDevice::Describe() const {
   return backing_->Describe() + " cached on " + set_->cache_dev()->spec() + " (" +

@@ -70,6 +70,7 @@
 #include "cache/discard_engine.h"
 #include "cache/ordered_gate.h"
 #include "cache/engine_context.h"
+#include "cache/epoch_clock.h"
 #include "cache/flush_engine.h"
 #include "cache/range_guard.h"
 #include "cache/read_engine.h"
@@ -98,6 +99,11 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // Before the cache set's Shutdown: no writeback I/O may run under it.
   void StopWriteback() { writeback_.reset(); }
   uint64_t dirty_bytes() { return set_->index().DirtyBytes(dev_); }
+  // Issue 30 item 3: milliseconds since the oldest epoch not yet on the
+  // backing device began (0: nothing dirty; cache/epoch_clock.h), and how
+  // many epochs still hold dirty data or kept versions.
+  uint64_t writeback_lag_ms();
+  uint64_t dirty_epochs() { return set_->index().DirtyEpochs(dev_); }
   uint32_t dev_index() const { return dev_; }
 
   CacheStats& stats() { return stats_; }
@@ -176,6 +182,7 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   DeviceActivity activity_;
   // Starts past every epoch the index holds for the device (write_epoch.h).
   WriteEpoch epoch_;
+  EpochClock clock_;
   // The backing superblock's clean <-> dirty handshake with the writeback thread.
   DirtyHandshake handshake_;
   RangeGuard ranges_;

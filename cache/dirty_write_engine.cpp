@@ -7,6 +7,7 @@
 #include "cache/cache_set.h"
 #include "cache/device_activity.h"
 #include "cache/dirty_handshake.h"
+#include "cache/epoch_clock.h"
 #include "cache/index_call.h"
 #include "cache/writeback.h"
 #include "cache/writethrough_engine.h"
@@ -154,14 +155,24 @@ Status DirtyWriteEngine::InsertDirty(DirtyOp* op) {
   EpochRule rule{.epoch = c_.epoch,
                  .keep_older = c_.set->knobs().writeback_order.load(std::memory_order_relaxed) ==
                                WritebackOrder::kFlush};
+  // The clock is read before any insert takes an epoch, and the epochs it
+  // may have taken are stamped after, before the ack (epoch_clock.h).
+  const uint64_t t_ms = UnixMillis();
+  const uint64_t first = c_.epoch->current();
+  Status st = Status::OK();
   for (; op->inserted < op->extents.size(); op->inserted++) {
     const Extent& e = op->extents[op->inserted];
     const uint8_t* data = static_cast<const uint8_t*>(op->req.buf) + (e.start - op->req.offset);
     Status ist = c_.set->index().Insert(e, data, /*provisional=*/false, &rule);
-    if (ist.IsWouldBlock()) return ist;
+    if (ist.IsWouldBlock()) {
+      st = ist;
+      break;
+    }
     if (!ist.ok() && op->result.ok()) op->result = ist;
   }
-  return Status::OK();
+  const uint64_t last = c_.epoch->current();
+  if (!c_.clock->Stamped(last)) c_.clock->Stamp(first, last, t_ms);
+  return st;
 }
 
 void DirtyWriteEngine::Finish(DirtyOp* op) {

@@ -23,6 +23,7 @@ class CacheIo;
 class CacheSet;
 class CacheStats;
 class DeviceActivity;
+class EpochClock;
 class OrderedGate;
 class RangeGuard;
 class RequestStats;
@@ -44,6 +45,9 @@ struct EngineContext {
   // The device's write epochs (btree/write_epoch.h): a FLUSH closes one
   // (FlushEngine), a FUA write after its insert (DirtyWriteEngine).
   WriteEpoch* epoch;
+  // When each epoch began (cache/epoch_clock.h): a dirty write stamps its
+  // epoch after its insert.
+  EpochClock* clock;
   // Rule 14's wait: a write or discard that goes to the backing device
   // directly passes it first (cache/ordered_gate.h).
   OrderedGate* ordered;

@@ -52,6 +52,14 @@ struct CacheKnobs {
   std::atomic<bool> writeback_running{true};
   // Persisted with cache_mode in the backing superblock (ctl set, serve --set).
   std::atomic<WritebackOrder> writeback_order{WritebackOrder::kFlush};
+  // Not a knob: counts the times writeback_order was set to lba, bumped
+  // AFTER the store, so a writeback thread that reads it and then the order
+  // never misses a stretch of lba order (Writeback::NoteProgress, rule 16).
+  std::atomic<uint64_t> lba_switches{0};
+  // writeback_order flush: writeback runs at full speed while the oldest
+  // epoch not yet on the backing device is older than this (seconds; 0: no
+  // target), besides the dirty-data target above.
+  std::atomic<uint32_t> writeback_lag_target{30};
   // The writeback rate controller's (bcache's PI controller) knobs; bcache
   // keeps rates in 512-byte sectors, these are bytes: 1024 and 8 sectors/s.
   std::atomic<uint64_t> writeback_rate{512 << 10};        // bytes/s

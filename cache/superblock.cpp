@@ -64,6 +64,7 @@ constexpr size_t kSeq = 112;
 // 120..183: pad[8] (newer kernels: feature_compat/incompat/ro_compat, pad[5])
 constexpr size_t kDirtySince = 144;  // ubcache's, in pad[3]: see BackingSuperblock
 constexpr size_t kWritebackOrder = 152;  // ubcache's, u8 in pad[4]
+constexpr size_t kConsistentAsOf = 160;  // ubcache's, in pad[5]: see BackingSuperblock
 constexpr size_t kDataOffset = 184;  // nbuckets for cache devices
 constexpr size_t kBlockSize = 192;
 constexpr size_t kBucketSize = 194;
@@ -505,6 +506,7 @@ void EncodeBackingSuperblock(const BackingSuperblock& sb, SuperblockBlock b) {
   StoreLE32(p + kLastMount, sb.last_mount);
   StoreLE64(p + kDirtySince, sb.dirty_since);
   p[kWritebackOrder] = static_cast<uint8_t>(sb.writeback_order);
+  StoreLE64(p + kConsistentAsOf, sb.consistent_as_of);
   // first_bucket, keys and d[] are cache-device fields: zero. keys = 0 also
   // keeps bcache-super-show from taking it for an "experimental format".
   StoreLE64(p + kCsum, BackingChecksum(b, 0));
@@ -592,6 +594,7 @@ Result<BackingSuperblock> DecodeBackingSuperblock(ConstSuperblockBlock b, uint64
   sb.last_mount = LoadLE32(p + kLastMount);
   sb.dirty_since = LoadLE64(p + kDirtySince);
   sb.writeback_order = static_cast<WritebackOrder>(p[kWritebackOrder]);  // Validate checks the range
+  sb.consistent_as_of = LoadLE64(p + kConsistentAsOf);
   UB_RETURN_IF_ERROR(ValidateBackingSuperblock(sb, device_size, device_block_size));
   return sb;
 }

@@ -215,6 +215,15 @@ struct BackingSuperblock {
   // ubcache's writeback_order knob, persisted beside cache_mode (pad byte
   // 152; 0 = flush, the default, also for superblocks written before it).
   WritebackOrder writeback_order = WritebackOrder::kFlush;
+  // Unix seconds T, while dirty and written back in `flush` order: the
+  // device holds every write acknowledged before T, and of the later ones
+  // only what a power cut at some moment at or after T could have left
+  // (doc/design.md rules 11-14, 16). Written by the writeback thread at most
+  // once a second, only after the backing flush that made it true
+  // (BackingSuper::RecordConsistentAsOf). 0: no such promise — not dirty,
+  // `lba` order (or dirty data written back in it since), or a superblock
+  // written before the field. In pad[5], inside the checksum.
+  uint64_t consistent_as_of = 0;
   uint64_t csum = 0;          // as read by Decode; Encode computes its own
 
   uint64_t data_offset_bytes() const { return data_offset * kSectorSize; }

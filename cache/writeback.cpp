@@ -7,11 +7,13 @@
 #include <cmath>
 
 #include "backend/sync_io.h"
+#include "btree/write_epoch.h"
 #include "cache/backing_durability.h"
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
 #include "cache/device_activity.h"
 #include "cache/dirty_handshake.h"
+#include "cache/epoch_clock.h"
 #include "cache/ordered_gate.h"
 #include "cache/range_guard.h"
 #include "cache/service_time.h"
@@ -49,7 +51,16 @@ void AppendPiece(std::vector<std::unique_ptr<Writeback::Write>>& writes, Writeba
 }
 }  // namespace
 
-Writeback::Writeback(Parts parts) : d_(std::move(parts)) {}
+Writeback::Writeback(Parts parts) : d_(std::move(parts)) {
+  seen_lba_switches_ = d_.set->knobs().lba_switches.load();
+  // Dirty since a start that promised no time (lba order then, or a
+  // superblock from before consistent_as_of): the epochs already in the
+  // index may be on the device out of order (rule 16).
+  if (d_.super) {
+    BackingSuperblock sb = d_.super->Get();
+    if (sb.state == BackingState::kDirty && sb.consistent_as_of == 0) unordered_through_ = d_.epoch->current();
+  }
+}
 
 void Writeback::Start() {
   thread_ = std::thread([this] {
@@ -188,6 +199,47 @@ void Writeback::UpdateRate(uint64_t now) {
   dbg_i_ = static_cast<int64_t>(i);
   dbg_f_ = static_cast<int64_t>(f);
   dbg_change_ = static_cast<int64_t>(nr) - static_cast<int64_t>(old);
+}
+
+void Writeback::NoteProgress(uint64_t now) {
+  if (now - last_progress_ < kNs) return;
+  last_progress_ = now;
+  CacheKnobs& k = d_.set->knobs();
+  // The count before the order (knobs.h): a stretch of lba order, even one
+  // already over, may have put any epoch up to the current one on the
+  // device out of order — by writeback in address order, or by a write the
+  // gate let through without waiting (cache/ordered_gate.h).
+  const uint64_t switches = k.lba_switches.load();
+  const bool by_epoch = k.writeback_order.load() == WritebackOrder::kFlush;
+  if (!by_epoch || switches != seen_lba_switches_) {
+    unordered_through_ = std::max(unordered_through_, d_.epoch->current());
+    if (by_epoch) seen_lba_switches_ = switches;
+  }
+  // The clock before the index: with nothing dirty, every write
+  // acknowledged before t_ms is on the device.
+  const uint64_t t_ms = UnixMillis();
+  const std::optional<uint64_t> oldest = d_.set->index().OldestEpoch(d_.dev);
+  d_.clock->Forget(oldest ? *oldest : d_.epoch->current());
+  const uint64_t as_of = oldest ? d_.clock->AsOf(*oldest) : t_ms;
+  const uint64_t target = k.writeback_lag_target.load();
+  const bool over = by_epoch && oldest && target > 0 && as_of + target * 1000 < t_ms;
+  if (over != lag_over_.load())
+    UB_INFO("{}: writeback lag {} writeback_lag_target {} s{}", d_.spec, over ? "past" : "back under", target,
+            over ? ": writing back at full speed" : "");
+  lag_over_.store(over);
+  // Rule 16: the backing superblock's consistent_as_of, at most once a
+  // second, only in flush order, only once no epoch the device may hold
+  // out of order is dirty, and only after the backing flush that put the
+  // epochs before `oldest` on the media (a pass flushes before it marks
+  // anything clean, rule 13; the superblock write flushes again first).
+  if (!by_epoch || !d_.super || (oldest && *oldest <= unordered_through_) ||
+      d_.super->state() != BackingState::kDirty || as_of / 1000 <= recorded_as_of_)
+    return;
+  Status st = d_.super->RecordConsistentAsOf(as_of / 1000);
+  if (st.ok())
+    recorded_as_of_ = as_of / 1000;
+  else
+    UB_WARN("{}: cannot record consistent_as_of in the backing superblock: {}", d_.spec, st.ToString());
 }
 
 Writeback::RateDebug Writeback::rate_debug() const {
@@ -505,7 +557,9 @@ void Writeback::WriteDirty(PassState& s, bool full_speed) {
     // the spindle's random-write speed.
     bool at_cutoff =
         d.activity->TurnedAwayRecently(now) || d.set->in_use_percent() + kCutoffMargin > k.cutoff_writeback.load();
-    bool fast = full_speed || idle || at_cutoff;
+    // writeback_order flush, the oldest epoch older than writeback_lag_target:
+    // full speed too, until it is written back (NoteProgress).
+    bool fast = full_speed || idle || at_cutoff || lag_over_.load(std::memory_order_relaxed);
     // Foreground reads of the backing device go first (bcache's writeback
     // starves readers of a spindle; the mmtests thread measured 38-90 %
     // lost): while one was seen in the last kReaderWindowNs, one write of
@@ -544,6 +598,7 @@ void Writeback::Loop() {
   while (true) {
     uint64_t now = NowNanos();
     StateTransitions();
+    NoteProgress(now);
     d_.ordered->Advance();  // the order or the cache's state may have changed
     if (now - last_update_ >= std::max<uint32_t>(1, k.writeback_rate_update_seconds.load()) * kNs) {
       UpdateRate(now);

@@ -78,7 +78,9 @@ struct Extent;
 class CacheSet;
 class DeviceActivity;
 class DirtyHandshake;
+class EpochClock;
 class OrderedGate;
+class WriteEpoch;
 class RangeGuard;
 class ServiceTime;
 
@@ -131,6 +133,10 @@ class Writeback {
     // Writes waiting for writeback to reach their epoch (rule 14): told of
     // every pass, and they keep the thread running at full speed.
     OrderedGate* ordered;
+    // The device's epochs and when they began (cache/epoch_clock.h): the
+    // lag, and the backing superblock's consistent_as_of (rule 16).
+    const WriteEpoch* epoch;
+    EpochClock* clock;
   };
   explicit Writeback(Parts parts);
   ~Writeback();  // stops the thread; dirty data stays dirty
@@ -197,6 +203,10 @@ class Writeback {
   void FlushAndMarkClean(PassState& s);
   void UpdateRate(uint64_t now);
   void StateTransitions();
+  // About once a second: forgets the stamps of epochs written back, checks
+  // the lag against writeback_lag_target, and records consistent_as_of in
+  // the backing superblock (rule 16).
+  void NoteProgress(uint64_t now);
   bool Sleep(uint64_t ns);  // false when stopping
 
   const Parts d_;
@@ -214,6 +224,14 @@ class Writeback {
   uint64_t backoff_ns_ = 0;
   double integral_ = 0;
   bool fence_recorded_ = false;
+  uint64_t last_progress_ = 0;  // ns: NoteProgress's last run
+  // Epochs up to this one may have reached the backing device in address
+  // order (writeback_order lba, now or before a restart): no time is
+  // promised until they are all written back (rule 16).
+  uint64_t unordered_through_ = 0;
+  uint64_t seen_lba_switches_ = 0;  // CacheKnobs::lba_switches as last handled
+  uint64_t recorded_as_of_ = 0;  // unix s: the last consistent_as_of written
+  std::atomic<bool> lag_over_{false};  // past writeback_lag_target: full speed
   std::atomic<uint64_t> errors_{0}, written_{0};
   // For RateDebug (written by the thread).
   std::atomic<uint64_t> dbg_dirty_{0}, dbg_target_{0}, dbg_next_io_{0};

@@ -247,6 +247,7 @@ Status SetWritebackOrder(const Target& t, std::string_view v) {
                              st.message());
   }
   t.set->knobs().writeback_order.store(*o);
+  if (*o == WritebackOrder::kLba) t.set->knobs().lba_switches.fetch_add(1);  // after the store (knobs.h)
   return Status::OK();
 }
 
@@ -368,6 +369,10 @@ std::vector<Attribute> BuildTable() {
                       &CacheKnobs::writeback_percent, 0, 40, "percent", false, "writeback_percent"));
   t.push_back(IntKnob("writeback_delay", bdev, "seconds to sleep after a full writeback pass",
                       &CacheKnobs::writeback_delay, 0, kUint, "seconds", false, "writeback_delay_seconds"));
+  t.push_back(IntKnob("writeback_lag_target", bdev,
+                      "writeback_order flush: seconds the oldest epoch not yet on the backing device may age "
+                      "before writeback runs at full speed (0: no target)",
+                      &CacheKnobs::writeback_lag_target, 0, kUint, "seconds", false, "writeback_lag_target_seconds"));
   t.push_back(IntKnob("writeback_running", bdev, "1 runs writeback, 0 pauses it", &CacheKnobs::writeback_running,
                       0, 1, "", false, "writeback_running"));
   t.push_back(IntKnob("writeback_rate", bdev, "writeback rate, bytes/s (the PI controller's output)",
@@ -388,6 +393,16 @@ std::vector<Attribute> BuildTable() {
   t.push_back(Stat("dirty_data", bdev, "bytes in the cache not yet on the backing device",
                    "dirty_data_bytes", MetricType::kGauge,
                    [](Reading& r) { return Value::Int(r.target().device->dirty_bytes()); }));
+  t.push_back(Stat("writeback_lag_seconds", bdev,
+                   "age of the oldest write epoch not yet on the backing device (0: nothing dirty); in flush "
+                   "order the backing device holds every write acknowledged before that long ago",
+                   "writeback_lag_seconds", MetricType::kGauge, [](Reading& r) {
+                     return Value::Real(static_cast<double>(r.target().device->writeback_lag_ms()) / 1000);
+                   }));
+  t.push_back(Stat("dirty_epochs", bdev,
+                   "write epochs (between the client's FLUSH/FUA barriers) with data not yet on the backing device",
+                   "dirty_epochs", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().device->dirty_epochs()); }));
   t.push_back(Stat("writeback_written", bdev, "bytes written back to the backing device since start",
                    "writeback_written_bytes_total", MetricType::kCounter, [](Reading& r) {
                      Writeback* wb = r.target().device->writeback();

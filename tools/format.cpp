@@ -470,6 +470,8 @@ void PrintBacking(const BackingSuperblock& sb, bool json) {
   f.Num("dirty_since", sb.dirty_since);
   f.Str("dirty_since_utc", sb.dirty_since ? TimeString(sb.dirty_since) : "none");
   f.Str("writeback_order", WritebackOrderName(sb.writeback_order));
+  f.Num("consistent_as_of", sb.consistent_as_of);
+  f.Str("consistent_as_of_utc", sb.consistent_as_of ? TimeString(sb.consistent_as_of) : "none");
   f.Print(json);
 }
 
@@ -550,15 +552,27 @@ int ForgetCacheMain(int argc, char** argv) {
     return 0;
   }
   std::printf("attached to cache set %s\n", FormatUuid(sb->set_uuid).c_str());
-  if (sb->state == BackingState::kDirty) {
-    // Writeback leaves the cache in address order (bcache's order): between
-    // two passes the device may hold a newer block without an older one
-    // that a filesystem wrote before it.
+  if (sb->state == BackingState::kDirty && sb->consistent_as_of != 0) {
+    // Rule 16: written back in flush order, epoch by epoch, and the time
+    // recorded only once every write acknowledged before it was on the
+    // device — what a power cut at that moment (or a little later) leaves.
+    std::printf("its cache held data not yet written back (dirty since %s), written back in\n"
+                "flush order: consistent as of %s. The device holds every write acknowledged\n"
+                "before then, and of the later ones only what a power cut at some moment after\n"
+                "it could have left: writes acknowledged after then may be lost, nothing older.\n"
+                "A filesystem on it needs only its journal replayed (a mount, or e2fsck -p), as\n"
+                "after a power cut; a database, its own recovery.\n",
+                sb->dirty_since ? TimeString(sb->dirty_since).c_str() : "an unrecorded time",
+                TimeString(sb->consistent_as_of).c_str());
+  } else if (sb->state == BackingState::kDirty) {
+    // Writeback in address order (bcache's order; or a superblock from
+    // before consistent_as_of): between two passes the device may hold a
+    // newer block without an older one that a filesystem wrote before it.
     std::printf("its cache held data not yet written back: writes since %s are lost or on the\n"
-                "device only in part, written back in address order (lba), so newer blocks may\n"
-                "be there without older ones they depend on. The device held every write\n"
-                "acknowledged before then. A filesystem on it may be inconsistent: run fsck\n"
-                "before mounting it; a database, its own recovery.\n",
+                "device only in part, written back in address order (writeback_order lba, now\n"
+                "or for a while), so newer blocks may be there without older ones they depend\n"
+                "on. The device held every write acknowledged before then. A filesystem on it\n"
+                "may be inconsistent: run fsck before mounting it; a database, its own recovery.\n",
                 sb->dirty_since ? TimeString(sb->dirty_since).c_str() : "an unrecorded time");
   } else {
     std::printf("its cache held no dirty data for it: nothing is lost\n");

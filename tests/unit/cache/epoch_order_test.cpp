@@ -31,6 +31,7 @@
 #include "cache/backing_super.h"
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
+#include "cache/epoch_clock.h"
 #include "cache/superblock.h"
 #include "util/aligned_buffer.h"
 #include "util/endian.h"
@@ -90,6 +91,36 @@ class History {
     std::lock_guard<std::mutex> l(mu_);
     for (auto it = unflushed_.begin(); it != unflushed_.end();)
       it = covered.count(it->first) ? unflushed_.erase(it) : std::next(it);
+  }
+  // The client got the write's ack at unix ms `ms`.
+  void Acked(uint64_t id, uint64_t ms) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (acked_ms_.size() < id) acked_ms_.resize(id, 0);
+    acked_ms_[id - 1] = ms;
+  }
+  // Rule 16: the backing superblock is about to say consistent_as_of T
+  // (unix s). Every write acknowledged before T must be on the backing
+  // device already: each block holds it or a later version of its own.
+  void CheckAsOf(uint64_t t) {
+    std::lock_guard<std::mutex> l(mu_);
+    as_of_checks_++;
+    for (uint64_t b = 0; b < kBlocks; b++) {
+      const std::vector<uint64_t>& v = versions_[b];
+      size_t need = 0;  // 1 + index of the newest version acked before T
+      for (size_t i = 0; i < v.size(); i++)
+        if (v[i] <= acked_ms_.size() && acked_ms_[v[i] - 1] != 0 && acked_ms_[v[i] - 1] < t * 1000) need = i + 1;
+      if (need == 0) continue;
+      auto it = std::find(v.begin(), v.end(), image_[b]);
+      size_t have = it == v.end() ? 0 : static_cast<size_t>(it - v.begin()) + 1;
+      if (have < need)
+        Violation("consistent_as_of " + std::to_string(t) + ": block " + std::to_string(b) + " lacks write " +
+                  std::to_string(v[need - 1]) + ", acknowledged " +
+                  std::to_string(t * 1000 - acked_ms_[v[need - 1] - 1]) + " ms before it");
+    }
+  }
+  uint64_t as_of_checks() {
+    std::lock_guard<std::mutex> l(mu_);
+    return as_of_checks_;
   }
   uint64_t Latest(uint64_t block) {
     std::lock_guard<std::mutex> l(mu_);
@@ -154,7 +185,8 @@ class History {
   uint64_t image_[kBlocks] = {};                        // block -> write id on the backing device
   std::set<uint64_t> completed_;
   std::set<std::pair<uint64_t, uint64_t>> unflushed_;  // (id, epoch) not yet covered by a flush
-  uint64_t violations_ = 0, checks_ = 0;
+  std::vector<uint64_t> acked_ms_;                     // id - 1 -> unix ms of its ack (0: not yet)
+  uint64_t violations_ = 0, checks_ = 0, as_of_checks_ = 0;
   std::string first_;
 };
 
@@ -190,10 +222,44 @@ class Recorder final : public BlockDevice {
   History* h_;
 };
 
+// The whole backing device under the data region: sees each backing
+// superblock write before it is submitted (BackingSuper's), and checks the
+// time it promises (rule 16).
+class SuperWatch final : public BlockDevice {
+ public:
+  SuperWatch(std::unique_ptr<BlockDevice> lower, History* h)
+      : BlockDevice("superwatch", lower->size(), lower->logical_block_size(), false), lower_(std::move(lower)), h_(h) {}
+  uint64_t records() const { return records_.load(); }
+  uint64_t last_as_of() const { return last_.load(); }
+
+ protected:
+  void DoSubmit(const IoRequest& req, IoDone done) override {
+    if (req.op == IoOp::kWrite && req.offset <= BackingSuperblock::kSbSector * 512 &&
+        req.offset + req.len >= BackingSuperblock::kSbSector * 512 + 4096) {
+      AlignedBuffer block(4096);
+      std::memcpy(block.data(), static_cast<const uint8_t*>(req.buf) + BackingSuperblock::kSbSector * 512 - req.offset,
+                  4096);
+      auto sb = DecodeBackingSuperblock(ConstSuperblockBlock(block.data(), kSuperblockSize));
+      if (sb.ok() && sb->consistent_as_of != 0) {
+        h_->CheckAsOf(sb->consistent_as_of);
+        records_++;
+        last_ = sb->consistent_as_of;
+      }
+    }
+    lower_->Submit(req, std::move(done));
+  }
+
+ private:
+  std::unique_ptr<BlockDevice> lower_;
+  History* h_;
+  std::atomic<uint64_t> records_{0}, last_{0};
+};
+
 struct EpochRig {
   std::unique_ptr<Reactor> reactor;
   std::unique_ptr<FaultDevice> cache;
-  std::unique_ptr<BlockDevice> raw_backing;
+  std::unique_ptr<BlockDevice> raw_backing;  // a SuperWatch over the memory
+  SuperWatch* watch = nullptr;
   std::unique_ptr<OffsetDevice> data;
   std::unique_ptr<Recorder> backing;
   std::unique_ptr<BackingSuper> super;
@@ -207,7 +273,9 @@ struct EpochRig {
     reactor->Bind();
     cache = std::make_unique<FaultDevice>("fault:cache", std::move(MemDevice::Create("mem:c", 32 << 20).value()),
                                           FaultConfig{});
-    raw_backing = std::move(MemDevice::Create("mem:b", 16 << 20).value());
+    auto w = std::make_unique<SuperWatch>(std::move(MemDevice::Create("mem:b", 16 << 20).value()), &history);
+    watch = w.get();
+    raw_backing = std::move(w);
     CacheFormatOptions co;
     co.bucket_size = 64 << 10;
     auto csb = NewCacheSuperblock(co, cache->size(), cache->logical_block_size());
@@ -275,6 +343,7 @@ struct EpochRig {
     Status st = SyncWrite(*dev, block * kSpacing, kBlock, b.data(), fua ? uint32_t{kIoFua} : 0u);
     INFO(st.ToString());
     REQUIRE(st.ok());
+    history.Acked(id, UnixMillis());
     if (fua) epoch++;  // a FUA write is the last of its epoch
   }
   void Flush() {
@@ -428,6 +497,86 @@ TEST_CASE("lba order breaks the rule the flush order keeps (the check can fail)"
     violations += rig.history.violations();
   }
   CHECK(violations > 0);
+}
+
+
+// Rule 16 (cache/epoch_clock.h, Writeback::NoteProgress): every
+// consistent_as_of the writeback thread writes into the backing superblock
+// is a time before which every acknowledged write is on the backing device
+// (checked by SuperWatch at each superblock write, before it is
+// submitted). Writeback pauses now and then, so the promised time lags;
+// the lag and the dirty epochs are visible meanwhile. Broken on purpose to
+// see this fail: NoteProgress promising its clock reading whatever is dirty
+// (`as_of = t_ms`) — violations at the first record after a pause.
+TEST_CASE("flush order: consistent_as_of promises only what the backing device holds (rule 16)") {
+  EpochRig rig(WritebackOrder::kFlush);
+  std::mt19937_64 rng(31);
+  CacheKnobs& k = rig.set->knobs();
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t max_lag_ms = 0, max_epochs = 0;
+  for (int round = 0; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(4500); round++) {
+    k.writeback_running = round % 3 != 1;  // a pause every third round
+    const auto r0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - r0 < std::chrono::milliseconds(600)) {
+      rig.Run(rng, 20);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    max_lag_ms = std::max(max_lag_ms, rig.dev->writeback_lag_ms());
+    max_epochs = std::max(max_epochs, rig.dev->dirty_epochs());
+  }
+  k.writeback_running = true;
+  rig.CheckFinal();
+  INFO(rig.history.first_violation());
+  CHECK(rig.history.violations() == 0);
+  UNSCOPED_INFO(rig.watch->records() << " records, " << rig.history.as_of_checks() << " checks, max lag "
+                                     << max_lag_ms << " ms, max dirty epochs " << max_epochs);
+  CHECK(rig.watch->records() >= 2);  // it moved forward more than once
+  CHECK(max_lag_ms >= 400);          // a pause of 600 ms shows
+  CHECK(max_epochs >= 2);
+  // Clean at last: the superblock promises nothing (MarkClean cleared it).
+  for (int i = 0; i < 300 && rig.super->state() == BackingState::kDirty; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(rig.super->Get().consistent_as_of == 0);
+  CHECK(rig.dev->writeback_lag_ms() == 0);
+  CHECK(rig.dev->dirty_epochs() == 0);
+}
+
+// Rule 16's other half: lba order may put a newer block on the device
+// before an older one, so it promises no time — from the switch on, and
+// after a switch back to flush until what was dirty then is written back.
+TEST_CASE("lba order promises no consistent_as_of, nor does flush order until lba's dirty epochs are gone") {
+  EpochRig rig(WritebackOrder::kFlush);
+  CacheKnobs& k = rig.set->knobs();
+  k.writeback_running = false;
+  const uint64_t before = UnixMillis() / 1000;
+  rig.Write(1, false);
+  rig.Flush();
+  BackingSuperblock sb = rig.super->Get();
+  REQUIRE(sb.state == BackingState::kDirty);
+  CHECK(sb.consistent_as_of >= before);  // MarkDirty: everything before it is there
+  CHECK(sb.consistent_as_of == sb.dirty_since);
+  // The switch, as ctl does it (control/attributes.cpp): superblock first.
+  REQUIRE(rig.super->SetWritebackOrder(WritebackOrder::kLba).ok());
+  k.writeback_order = WritebackOrder::kLba;
+  k.lba_switches++;
+  CHECK(rig.super->Get().consistent_as_of == 0);
+  REQUIRE(ReadBackingSuperblock(*rig.raw_backing).value().consistent_as_of == 0);  // durably
+  const uint64_t records = rig.watch->records();  // MarkDirty's
+  rig.Write(2, false);
+  rig.Flush();
+  // Back to flush with lba's epochs still dirty: no time while they are.
+  REQUIRE(rig.super->SetWritebackOrder(WritebackOrder::kFlush).ok());
+  k.writeback_order = WritebackOrder::kFlush;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // two NoteProgress rounds
+  CHECK(rig.super->Get().consistent_as_of == 0);
+  CHECK(rig.watch->records() == records);
+  // Once written back, the device is clean (no promise needed), and the
+  // next dirty write makes one again.
+  k.writeback_running = true;
+  REQUIRE(rig.dev->writeback()->Drain([](const std::string&) {}).ok());
+  CHECK(rig.super->state() == BackingState::kClean);
+  rig.Write(3, false);
+  CHECK(rig.super->Get().consistent_as_of != 0);
 }
 
 }  // namespace ubcache
