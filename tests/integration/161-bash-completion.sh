@@ -128,7 +128,8 @@ expect "ubcache ctl set " "${knobs[@]}"
 expect "ubcache ctl set seq" sequential_cutoff
 expect "ubcache ctl --control /x set cache_r" cache_replacement_policy
 expect "ubcache ctl set dirty" # read-only: not a knob
-expect "ubcache ctl get dirty" dirty_data
+expect "ubcache ctl get dirty_d" dirty_data
+expect "ubcache ctl get dirty" dirty_data dirty_epochs
 expect "ubcache ctl get stats_day/cache_hi" stats_day/cache_hits stats_day/cache_hit_ratio
 expect "ubcache ctl set cache_mode " writethrough writeback writearound none
 expect "ubcache ctl set sequential_cutoff " auto
