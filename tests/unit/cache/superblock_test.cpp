@@ -88,6 +88,7 @@ BackingSuperblock SampleBacking() {
   sb.bucket_size = 1024;
   sb.last_mount = 1234567890;
   sb.dirty_since = 1796400000;
+  sb.consistent_as_of = 1796400042;
   return sb;
 }
 
@@ -440,6 +441,7 @@ TEST_CASE("backing superblock: every field survives encode and decode") {
   CHECK(out->bucket_size == 1024);
   CHECK(out->last_mount == 1234567890);
   CHECK(out->dirty_since == 1796400000);
+  CHECK(out->consistent_as_of == 1796400042);
   CHECK(out->csum == LoadLE64(b.data()));
   CHECK(Encode(*out) == b);
 }
@@ -500,10 +502,12 @@ TEST_CASE("backing superblock: the layout is bcache's struct cache_sb_disk") {
   CHECK(LoadLE64(p + 104) == (1 | 2ull << 61 | 1ull << 20));  // flags: writeback, dirty
   CHECK(LoadLE64(p + 112) == 77);                             // seq
   // pad, but for ubcache's dirty_since at 144 (pad[3]: past the feature
-  // words newer kernels keep at 120..143)
+  // words newer kernels keep at 120..143), writeback_order at 152 (0 here:
+  // flush) and consistent_as_of at 160
   for (size_t i = 120; i < 184; i++)
-    if (i < 144 || i >= 152) REQUIRE(p[i] == 0);
+    if (i < 144 || (i >= 152 && i < 160) || i >= 168) REQUIRE(p[i] == 0);
   CHECK(LoadLE64(p + 144) == 1796400000);
+  CHECK(LoadLE64(p + 160) == 1796400042);
   CHECK(LoadLE64(p + 184) == 2048);                           // data_offset
   CHECK(LoadLE16(p + 192) == 8);                              // block_size
   CHECK(LoadLE16(p + 194) == 1024);                           // bucket_size
@@ -799,3 +803,46 @@ TEST_CASE("BackingSuper records when the device became dirty, and forgets it onc
   CHECK(sb->state == BackingState::kNone);
   CHECK(sb->dirty_since == 0);
 }
+
+TEST_CASE("BackingSuper: consistent_as_of starts at dirty_since, only moves forward, only in flush order") {
+  auto reactor = BoundReactor();
+  auto dev = Mem("mem:16M");
+  BackingSuperblock in = SampleBacking();
+  in.state = BackingState::kClean;
+  in.dirty_since = 0;
+  in.consistent_as_of = 0;
+  REQUIRE(WriteBackingSuperblock(*dev, in).ok());
+  BackingSuper super(dev.get(), ReadBackingSuperblock(*dev).value());
+  REQUIRE(super.RecordConsistentAsOf(5).ok());  // clean: nothing to promise
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
+
+  REQUIRE(super.MarkDirty().ok());
+  auto sb = ReadBackingSuperblock(*dev);
+  CHECK(sb->consistent_as_of == sb->dirty_since);  // everything before it is there
+  const uint64_t t = sb->dirty_since;
+  REQUIRE(super.RecordConsistentAsOf(t + 10).ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == t + 10);
+  const uint64_t seq = ReadBackingSuperblock(*dev)->seq;
+  REQUIRE(super.RecordConsistentAsOf(t + 3).ok());  // never back
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == t + 10);
+  CHECK(ReadBackingSuperblock(*dev)->seq == seq);  // and not written
+  // lba order: no promise, durably; back to flush: still none until the
+  // writeback thread records one.
+  REQUIRE(super.SetWritebackOrder(WritebackOrder::kLba).ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
+  REQUIRE(super.RecordConsistentAsOf(t + 20).ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
+  REQUIRE(super.SetWritebackOrder(WritebackOrder::kFlush).ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
+  REQUIRE(super.RecordConsistentAsOf(t + 30).ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == t + 30);
+  REQUIRE(super.MarkClean().ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
+  // Dirty in lba order: no promise from the start.
+  REQUIRE(super.SetWritebackOrder(WritebackOrder::kLba).ok());
+  REQUIRE(super.MarkDirty().ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
+  REQUIRE(super.Detach().ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
+}
+
