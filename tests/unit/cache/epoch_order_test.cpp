@@ -55,6 +55,38 @@ class History {
     versions_[block].push_back(id);
     return id;
   }
+  // A discard or write-zeroes of `block` about to be issued: a version of
+  // it whose data is zeros, named by its id as the backing device gets it.
+  uint64_t IssueZero(uint64_t block, uint64_t epoch) {
+    uint64_t id = Issue(block, epoch);
+    std::lock_guard<std::mutex> l(mu_);
+    zero_[block] = id;
+    return id;
+  }
+  // A discard or write-zeroes reached the backing device / completed there.
+  void ZeroSubmitted(uint64_t offset, uint64_t len) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint64_t at = (offset + kSpacing - 1) / kSpacing * kSpacing; at < offset + len; at += kSpacing) {
+      auto z = zero_.find(at / kSpacing);
+      if (z != zero_.end()) SubmittedLocked(z->second);
+    }
+  }
+  void ZeroCompleted(uint64_t offset, uint64_t len) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint64_t at = (offset + kSpacing - 1) / kSpacing * kSpacing; at < offset + len; at += kSpacing) {
+      auto z = zero_.find(at / kSpacing);
+      if (z == zero_.end() || at / kSpacing >= kBlocks) continue;
+      image_[at / kSpacing] = z->second;
+      completed_.insert(z->second);
+    }
+    CheckImage();
+  }
+  bool IsZero(uint64_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [b, z] : zero_)
+      if (z == id) return true;
+    return false;
+  }
   // A backing write (or flush) was submitted / completed.
   void Submitted(uint64_t offset, const uint8_t* data, uint64_t len) {
     std::lock_guard<std::mutex> l(mu_);
@@ -62,12 +94,15 @@ class History {
       if ((offset + off) % kSpacing != 0) continue;
       uint64_t id = LoadLE64(data + off);
       if (id == 0 || id > writes_.size()) continue;
-      uint64_t e = writes_[id - 1].epoch;
-      for (const auto& [w, epoch] : unflushed_)
-        if (epoch < e) Violation("a write of epoch " + std::to_string(e) + " reached the backing device before "
-                                 "epoch " + std::to_string(epoch) + " was flushed there");
-      unflushed_.insert({id, e});
+      SubmittedLocked(id);
     }
+  }
+  void SubmittedLocked(uint64_t id) {
+    uint64_t e = writes_[id - 1].epoch;
+    for (const auto& [w, epoch] : unflushed_)
+      if (epoch < e) Violation("a write of epoch " + std::to_string(e) + " reached the backing device before "
+                               "epoch " + std::to_string(epoch) + " was flushed there");
+    unflushed_.insert({id, e});
   }
   // A FUA write is durable when it completes: no flush needs to cover it.
   void Completed(uint64_t offset, const uint8_t* data, uint64_t len, bool fua) {
@@ -186,6 +221,7 @@ class History {
   std::set<uint64_t> completed_;
   std::set<std::pair<uint64_t, uint64_t>> unflushed_;  // (id, epoch) not yet covered by a flush
   std::vector<uint64_t> acked_ms_;                     // id - 1 -> unix ms of its ack (0: not yet)
+  std::map<uint64_t, uint64_t> zero_;                  // block -> id of its last discard / write-zeroes
   uint64_t violations_ = 0, checks_ = 0, as_of_checks_ = 0;
   std::string first_;
 };
@@ -210,6 +246,14 @@ class Recorder final : public BlockDevice {
       auto covered = std::make_shared<std::set<uint64_t>>(h_->FlushSubmitted());
       lower_->Submit(req, [this, covered, done = std::move(done)](Status st) mutable {
         if (st.ok()) h_->FlushCompleted(*covered);
+        done(std::move(st));
+      });
+      return;
+    }
+    if (req.op == IoOp::kDiscard || req.op == IoOp::kWriteZeroes) {
+      h_->ZeroSubmitted(req.offset, req.len);
+      lower_->Submit(req, [this, req, done = std::move(done)](Status st) mutable {
+        if (st.ok()) h_->ZeroCompleted(req.offset, req.len);
         done(std::move(st));
       });
       return;
@@ -350,6 +394,15 @@ struct EpochRig {
     REQUIRE(SyncFlush(*dev).ok());
     epoch++;
   }
+  // A discard or write-zeroes of one block: it goes to the backing device
+  // directly, behind the older epochs (rule 14).
+  void Zero(uint64_t block, IoOp op) {
+    uint64_t id = history.IssueZero(block, epoch);
+    Status st = SyncIo(*dev, {op, 0, block * kSpacing, kBlock, nullptr});
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    history.Acked(id, UnixMillis());
+  }
   // Random ops; a hot set of blocks is overwritten across many epochs.
   // Without `fua` the epochs end at FLUSHes only.
   void Run(std::mt19937_64& rng, int ops, bool fua = true) {
@@ -371,7 +424,8 @@ struct EpochRig {
       AlignedBuffer buf(kBlock);
       REQUIRE(SyncRead(*data, b * kSpacing, kBlock, buf.data()).ok());
       INFO("block " << b);
-      CHECK(LoadLE64(buf.data()) == history.Latest(b));
+      const uint64_t latest = history.Latest(b);
+      CHECK(LoadLE64(buf.data()) == (history.IsZero(latest) ? 0 : latest));
     }
   }
 };
@@ -577,6 +631,28 @@ TEST_CASE("lba order promises no consistent_as_of, nor does flush order until lb
   CHECK(rig.super->state() == BackingState::kClean);
   rig.Write(3, false);
   CHECK(rig.super->Get().consistent_as_of != 0);
+}
+
+// Rule 14 for discards and write-zeroes: they go to the backing device
+// directly, so in flush order each waits until writeback has written
+// every older epoch (DiscardEngine, OrderedGate). The recorder sees a
+// discarded block become a version of zeros. Broken on purpose to see
+// this fail: OrderedGate::MayGo always true.
+TEST_CASE("flush order: discards and write-zeroes wait for older epochs (rule 14)") {
+  for (uint64_t seed : {41, 42}) {
+    INFO("seed " << seed);
+    EpochRig rig(WritebackOrder::kFlush);
+    std::mt19937_64 rng(seed);
+    for (int round = 0; round < 30; round++) {
+      rig.Run(rng, 30);  // dirty epochs pile up
+      uint64_t block = rng() % 2 ? rng() % 8 : rng() % kBlocks;
+      rig.Zero(block, rng() % 2 ? IoOp::kDiscard : IoOp::kWriteZeroes);
+    }
+    CHECK(rig.dev->ordered_waits() > 0);
+    rig.CheckFinal();
+    INFO(rig.history.first_violation());
+    CHECK(rig.history.violations() == 0);
+  }
 }
 
 }  // namespace ubcache
