@@ -53,6 +53,9 @@ Status BackingSuper::SetCacheMode(CacheMode m) {
 }
 
 Status BackingSuper::SetWritebackOrder(WritebackOrder o) {
+  // Counted first: a RecordConsistentAsOf from now on was decided before
+  // this switch and must not record (rule 16).
+  if (o == WritebackOrder::kLba) lba_switches_.fetch_add(1);
   return Change([o](BackingSuperblock& sb) {
     // Address order may put a newer block on the device before an older
     // one: from the first such write on, no time is promised. This write is
@@ -84,12 +87,14 @@ Status BackingSuper::MarkClean() {
   });
 }
 
-Status BackingSuper::RecordConsistentAsOf(uint64_t t) {
-  return Change([t](BackingSuperblock& sb) {
+Status BackingSuper::RecordConsistentAsOf(uint64_t t, uint64_t lba_switches_seen) {
+  return Change([this, t, lba_switches_seen](BackingSuperblock& sb) {
     if (sb.state == BackingState::kDirty && sb.writeback_order == WritebackOrder::kFlush &&
-        t > sb.consistent_as_of)
+        t > sb.consistent_as_of && lba_switches_.load() == lba_switches_seen)
       sb.consistent_as_of = t;
   });
 }
+
+uint64_t BackingSuper::lba_switches() const { return lba_switches_.load(); }
 
 }  // namespace ubcache

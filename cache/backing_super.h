@@ -24,6 +24,7 @@
 // held across the I/O, which takes no lock of the daemon's.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "backend/block_device.h"
@@ -51,9 +52,14 @@ class BackingSuper {
   Status MarkClean() EXCLUDES(mu_);
   // Writeback in `flush` order has put on the device, and flushed, every
   // write acknowledged before unix second t (doc/design.md rule 16): records
-  // it as consistent_as_of if dirty, in flush order, and later than the
-  // recorded time. The writeback thread only, at most once a second.
-  Status RecordConsistentAsOf(uint64_t t) EXCLUDES(mu_);
+  // it as consistent_as_of if dirty, in flush order, later than the
+  // recorded time, and if the order was not set to lba since the caller
+  // read lba_switches() (a write in lba order may have overtaken older
+  // epochs meanwhile). The writeback thread only, at most once a second.
+  Status RecordConsistentAsOf(uint64_t t, uint64_t lba_switches_seen) EXCLUDES(mu_);
+  // How many times SetWritebackOrder(lba) ran: each clears the promise
+  // before the knob changes, so before any write in lba order.
+  uint64_t lba_switches() const;
 
  private:
   template <typename Fn>
@@ -62,6 +68,7 @@ class BackingSuper {
   BlockDevice* const raw_;
   mutable Mutex mu_;
   BackingSuperblock sb_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> lba_switches_{0};
 };
 
 }  // namespace ubcache

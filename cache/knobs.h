@@ -52,10 +52,6 @@ struct CacheKnobs {
   std::atomic<bool> writeback_running{true};
   // Persisted with cache_mode in the backing superblock (ctl set, serve --set).
   std::atomic<WritebackOrder> writeback_order{WritebackOrder::kFlush};
-  // Not a knob: counts the times writeback_order was set to lba, bumped
-  // AFTER the store, so a writeback thread that reads it and then the order
-  // never misses a stretch of lba order (Writeback::NoteProgress, rule 16).
-  std::atomic<uint64_t> lba_switches{0};
   // writeback_order flush: writeback runs at full speed while the oldest
   // epoch not yet on the backing device is older than this (seconds; 0: no
   // target), besides the dirty-data target above.

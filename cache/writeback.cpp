@@ -52,7 +52,7 @@ void AppendPiece(std::vector<std::unique_ptr<Writeback::Write>>& writes, Writeba
 }  // namespace
 
 Writeback::Writeback(Parts parts) : d_(std::move(parts)) {
-  seen_lba_switches_ = d_.set->knobs().lba_switches.load();
+  seen_lba_switches_ = d_.super ? d_.super->lba_switches() : 0;
   // Dirty since a start that promised no time (lba order then, or a
   // superblock from before consistent_as_of): the epochs already in the
   // index may be on the device out of order (rule 16).
@@ -205,11 +205,12 @@ void Writeback::NoteProgress(uint64_t now) {
   if (now - last_progress_ < kNs) return;
   last_progress_ = now;
   CacheKnobs& k = d_.set->knobs();
-  // The count before the order (knobs.h): a stretch of lba order, even one
-  // already over, may have put any epoch up to the current one on the
-  // device out of order — by writeback in address order, or by a write the
-  // gate let through without waiting (cache/ordered_gate.h).
-  const uint64_t switches = k.lba_switches.load();
+  // The count before the order: a stretch of lba order, even one already
+  // over, may have put any epoch up to the current one on the device out
+  // of order — by writeback in address order, or by a write the gate let
+  // through without waiting (cache/ordered_gate.h). A switch after this
+  // read stops the record below (BackingSuper counts it first).
+  const uint64_t switches = d_.super ? d_.super->lba_switches() : 0;
   const bool by_epoch = k.writeback_order.load() == WritebackOrder::kFlush;
   if (!by_epoch || switches != seen_lba_switches_) {
     unordered_through_ = std::max(unordered_through_, d_.epoch->current());
@@ -235,7 +236,7 @@ void Writeback::NoteProgress(uint64_t now) {
   if (!by_epoch || !d_.super || (oldest && *oldest <= unordered_through_) ||
       d_.super->state() != BackingState::kDirty || as_of / 1000 <= recorded_as_of_)
     return;
-  Status st = d_.super->RecordConsistentAsOf(as_of / 1000);
+  Status st = d_.super->RecordConsistentAsOf(as_of / 1000, switches);
   if (st.ok())
     recorded_as_of_ = as_of / 1000;
   else

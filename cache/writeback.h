@@ -229,7 +229,7 @@ class Writeback {
   // order (writeback_order lba, now or before a restart): no time is
   // promised until they are all written back (rule 16).
   uint64_t unordered_through_ = 0;
-  uint64_t seen_lba_switches_ = 0;  // CacheKnobs::lba_switches as last handled
+  uint64_t seen_lba_switches_ = 0;  // BackingSuper::lba_switches as last handled
   uint64_t recorded_as_of_ = 0;  // unix s: the last consistent_as_of written
   std::atomic<bool> lag_over_{false};  // past writeback_lag_target: full speed
   std::atomic<uint64_t> errors_{0}, written_{0};

@@ -247,7 +247,6 @@ Status SetWritebackOrder(const Target& t, std::string_view v) {
                              st.message());
   }
   t.set->knobs().writeback_order.store(*o);
-  if (*o == WritebackOrder::kLba) t.set->knobs().lba_switches.fetch_add(1);  // after the store (knobs.h)
   return Status::OK();
 }
 

@@ -612,7 +612,6 @@ TEST_CASE("lba order promises no consistent_as_of, nor does flush order until lb
   // The switch, as ctl does it (control/attributes.cpp): superblock first.
   REQUIRE(rig.super->SetWritebackOrder(WritebackOrder::kLba).ok());
   k.writeback_order = WritebackOrder::kLba;
-  k.lba_switches++;
   CHECK(rig.super->Get().consistent_as_of == 0);
   REQUIRE(ReadBackingSuperblock(*rig.raw_backing).value().consistent_as_of == 0);  // durably
   const uint64_t records = rig.watch->records();  // MarkDirty's

@@ -813,29 +813,36 @@ TEST_CASE("BackingSuper: consistent_as_of starts at dirty_since, only moves forw
   in.consistent_as_of = 0;
   REQUIRE(WriteBackingSuperblock(*dev, in).ok());
   BackingSuper super(dev.get(), ReadBackingSuperblock(*dev).value());
-  REQUIRE(super.RecordConsistentAsOf(5).ok());  // clean: nothing to promise
+  REQUIRE(super.RecordConsistentAsOf(5, super.lba_switches()).ok());  // clean: nothing to promise
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
 
   REQUIRE(super.MarkDirty().ok());
   auto sb = ReadBackingSuperblock(*dev);
   CHECK(sb->consistent_as_of == sb->dirty_since);  // everything before it is there
   const uint64_t t = sb->dirty_since;
-  REQUIRE(super.RecordConsistentAsOf(t + 10).ok());
+  REQUIRE(super.RecordConsistentAsOf(t + 10, super.lba_switches()).ok());
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == t + 10);
   const uint64_t seq = ReadBackingSuperblock(*dev)->seq;
-  REQUIRE(super.RecordConsistentAsOf(t + 3).ok());  // never back
+  REQUIRE(super.RecordConsistentAsOf(t + 3, super.lba_switches()).ok());  // never back
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == t + 10);
   CHECK(ReadBackingSuperblock(*dev)->seq == seq);  // and not written
   // lba order: no promise, durably; back to flush: still none until the
   // writeback thread records one.
   REQUIRE(super.SetWritebackOrder(WritebackOrder::kLba).ok());
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
-  REQUIRE(super.RecordConsistentAsOf(t + 20).ok());
+  REQUIRE(super.RecordConsistentAsOf(t + 20, super.lba_switches()).ok());
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
   REQUIRE(super.SetWritebackOrder(WritebackOrder::kFlush).ok());
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
-  REQUIRE(super.RecordConsistentAsOf(t + 30).ok());
+  REQUIRE(super.RecordConsistentAsOf(t + 30, super.lba_switches()).ok());
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == t + 30);
+  // A time decided before a stretch of lba order (now over) is not recorded:
+  // a write in lba order may have overtaken older epochs meanwhile.
+  const uint64_t seen = super.lba_switches();
+  REQUIRE(super.SetWritebackOrder(WritebackOrder::kLba).ok());
+  REQUIRE(super.SetWritebackOrder(WritebackOrder::kFlush).ok());
+  REQUIRE(super.RecordConsistentAsOf(t + 40, seen).ok());
+  CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
   REQUIRE(super.MarkClean().ok());
   CHECK(ReadBackingSuperblock(*dev)->consistent_as_of == 0);
   // Dirty in lba order: no promise from the start.
