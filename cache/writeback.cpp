@@ -201,6 +201,26 @@ void Writeback::UpdateRate(uint64_t now) {
   dbg_change_ = static_cast<int64_t>(nr) - static_cast<int64_t>(old);
 }
 
+Writeback::Lag Writeback::MeasureLag(uint64_t now) {
+  last_lag_ = now;
+  CacheKnobs& k = d_.set->knobs();
+  Lag lag;
+  // The clock before the index: with nothing dirty, every write
+  // acknowledged before t_ms is on the device.
+  const uint64_t t_ms = UnixMillis();
+  lag.oldest = d_.set->index().OldestEpoch(d_.dev);
+  d_.clock->Forget(lag.oldest ? *lag.oldest : d_.epoch->current());
+  lag.as_of_ms = lag.oldest ? d_.clock->AsOf(*lag.oldest) : t_ms;
+  const uint64_t target = k.writeback_lag_target.load();
+  const bool over = k.writeback_order.load() == WritebackOrder::kFlush && lag.oldest && target > 0 &&
+                    lag.as_of_ms + target * 1000 < t_ms;
+  if (over != lag_over_.load())
+    UB_INFO("{}: writeback lag {} writeback_lag_target {} s{}", d_.spec, over ? "past" : "back under", target,
+            over ? ": writing back at full speed" : "");
+  lag_over_.store(over);
+  return lag;
+}
+
 void Writeback::NoteProgress(uint64_t now) {
   if (now - last_progress_ < kNs) return;
   last_progress_ = now;
@@ -216,18 +236,9 @@ void Writeback::NoteProgress(uint64_t now) {
     unordered_through_ = std::max(unordered_through_, d_.epoch->current());
     if (by_epoch) seen_lba_switches_ = switches;
   }
-  // The clock before the index: with nothing dirty, every write
-  // acknowledged before t_ms is on the device.
-  const uint64_t t_ms = UnixMillis();
-  const std::optional<uint64_t> oldest = d_.set->index().OldestEpoch(d_.dev);
-  d_.clock->Forget(oldest ? *oldest : d_.epoch->current());
-  const uint64_t as_of = oldest ? d_.clock->AsOf(*oldest) : t_ms;
-  const uint64_t target = k.writeback_lag_target.load();
-  const bool over = by_epoch && oldest && target > 0 && as_of + target * 1000 < t_ms;
-  if (over != lag_over_.load())
-    UB_INFO("{}: writeback lag {} writeback_lag_target {} s{}", d_.spec, over ? "past" : "back under", target,
-            over ? ": writing back at full speed" : "");
-  lag_over_.store(over);
+  const Lag lag = MeasureLag(now);
+  const std::optional<uint64_t>& oldest = lag.oldest;
+  const uint64_t as_of = lag.as_of_ms;
   // Rule 16: the backing superblock's consistent_as_of, at most once a
   // second, only in flush order, only once no epoch the device may hold
   // out of order is dirty, and only after the backing flush that put the
@@ -547,6 +558,9 @@ void Writeback::WriteDirty(PassState& s, bool full_speed) {
       FlushAndMarkClean(s);
       last_clean = now;
     }
+    // A long pass (a slow rate, one big epoch) still sees the lag pass
+    // writeback_lag_target (NoteProgress runs between passes).
+    if (now - last_lag_ >= kNs) MeasureLag(now);
     if (!full_speed && !k.writeback_running.load()) {
       if (s.inflight == 0) break;
       reactor_->RunOnce(true);

@@ -61,6 +61,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,6 +208,14 @@ class Writeback {
   // the lag against writeback_lag_target, and records consistent_as_of in
   // the backing superblock (rule 16).
   void NoteProgress(uint64_t now);
+  // The oldest dirty epoch and when it began (unix ms; now if none), with
+  // the stamps before it forgotten and lag_over_ set from
+  // writeback_lag_target.
+  struct Lag {
+    std::optional<uint64_t> oldest;
+    uint64_t as_of_ms = 0;
+  };
+  Lag MeasureLag(uint64_t now);
   bool Sleep(uint64_t ns);  // false when stopping
 
   const Parts d_;
@@ -225,6 +234,7 @@ class Writeback {
   double integral_ = 0;
   bool fence_recorded_ = false;
   uint64_t last_progress_ = 0;  // ns: NoteProgress's last run
+  uint64_t last_lag_ = 0;       // ns: MeasureLag's last run
   // Epochs up to this one may have reached the backing device in address
   // order (writeback_order lba, now or before a restart): no time is
   // promised until they are all written back (rule 16).

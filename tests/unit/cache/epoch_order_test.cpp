@@ -35,6 +35,7 @@
 #include "cache/superblock.h"
 #include "util/aligned_buffer.h"
 #include "util/endian.h"
+#include "timing.h"
 
 namespace ubcache {
 namespace {
@@ -652,6 +653,40 @@ TEST_CASE("flush order: discards and write-zeroes wait for older epochs (rule 14
     INFO(rig.history.first_violation());
     CHECK(rig.history.violations() == 0);
   }
+}
+
+// writeback_lag_target (Writeback::NoteProgress): with the rate controller
+// content (dirty data far below writeback_percent, the rate at its
+// minimum) and the device busy (never idle), dirty data would stay for
+// good; past the target writeback runs at full speed until the oldest
+// epoch is young again.
+TEST_CASE("flush order: writeback_lag_target bounds the lag when the rate controller would not") {
+  EpochRig rig(WritebackOrder::kFlush);
+  CacheKnobs& k = rig.set->knobs();
+  k.writeback_percent = 40;
+  k.writeback_rate_update_seconds = 60;
+  k.writeback_rate_minimum = 4096;
+  k.writeback_rate = 4096;
+  k.writeback_lag_target = 0;
+  for (uint64_t b = 0; b < 64; b++) rig.Write(b, false);
+  rig.Flush();
+  const uint64_t dirty = rig.dev->dirty_bytes();
+  REQUIRE(dirty >= 64 * kBlock);
+  AlignedBuffer buf(kBlock);
+  auto busy_for = [&](int ms) {  // a read every 20 ms: never idle
+    for (int i = 0; i < ms / 20; i++) {
+      REQUIRE(SyncRead(*rig.dev, 0, kBlock, buf.data()).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  busy_for(2500);
+  INFO("dirty " << rig.dev->dirty_bytes() << " of " << dirty << ", lag " << rig.dev->writeback_lag_ms() << " ms");
+  CHECK(rig.dev->dirty_bytes() >= dirty / 2);  // no target: the controller's pace
+  CHECK(rig.dev->writeback_lag_ms() >= 2000);
+  k.writeback_lag_target = 1;
+  for (int i = 0; i < 100 * static_cast<int>(test::kTimingScale) && rig.dev->dirty_bytes() > 0; i++) busy_for(100);
+  CHECK(rig.dev->dirty_bytes() == 0);
+  CHECK(rig.dev->writeback_lag_ms() == 0);
 }
 
 }  // namespace ubcache
