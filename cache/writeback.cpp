@@ -264,7 +264,8 @@ Writeback::RateDebug Writeback::rate_debug() const {
                    dbg_i_.load(),
                    dbg_f_.load(),
                    dbg_change_.load(),
-                   next > now ? (next - now) / 1'000'000 : 0};
+                   next > now ? (next - now) / 1'000'000 : 0,
+                   lag_over_.load()};
 }
 
 uint64_t Writeback::Pass(bool full_speed) {

@@ -152,6 +152,7 @@ class Writeback {
     uint64_t rate, dirty, target;
     int64_t proportional, integral, fragment, change;
     uint64_t next_io_ms;
+    bool lag_over_target;  // writeback_lag_target passed: full speed, whatever the rate says
   };
   RateDebug rate_debug() const;
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }

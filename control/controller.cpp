@@ -227,13 +227,15 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
       l.Add("fragment", Value::Real(static_cast<double>(d.fragment)));  // signed
       l.Add("change", Value::Real(static_cast<double>(d.change)));  // signed
       l.Add("next_io", Value::Int(d.next_io_ms));
+      l.Add("lag_over_target", Value::Int(d.lag_over_target ? 1 : 0));
       return l.Done();
     }
     auto sz = [](int64_t v) { return (v < 0 ? "-" : "") + FormatSize(static_cast<uint64_t>(v < 0 ? -v : v)); };
     return "rate:\t\t" + FormatSize(d.rate) + "/sec\ndirty:\t\t" + FormatSize(d.dirty) + "\ntarget:\t\t" +
            FormatSize(d.target) + "\nproportional:\t" + sz(d.proportional) + "\nintegral:\t" + sz(d.integral) +
            "\nfragment:\t" + sz(d.fragment) + "\nchange:\t\t" + sz(d.change) + "/sec\nnext io:\t" +
-           std::to_string(d.next_io_ms) + "ms\n";
+           std::to_string(d.next_io_ms) + "ms\n" +
+           (d.lag_over_target ? "lag:\t\tpast writeback_lag_target: full speed\n" : "");
   }
   if (r.command == "clear-stats") {
     t.device->stats().Clear();
