@@ -52,9 +52,9 @@ struct CacheKnobs {
   std::atomic<bool> writeback_running{true};
   // Persisted with cache_mode in the backing superblock (ctl set, serve --set).
   std::atomic<WritebackOrder> writeback_order{WritebackOrder::kFlush};
-  // writeback_order flush: writeback runs at full speed while the oldest
-  // epoch not yet on the backing device is older than this (seconds; 0: no
-  // target), besides the dirty-data target above.
+  // writeback_order flush: the rate controller keeps the oldest epoch not
+  // yet on the backing device about this young (seconds; 0: no target) by
+  // lowering its dirty-data target; past twice this, full speed.
   std::atomic<uint32_t> writeback_lag_target{30};
   // The writeback rate controller's (bcache's PI controller) knobs; bcache
   // keeps rates in 512-byte sectors, these are bytes: 1024 and 8 sectors/s.

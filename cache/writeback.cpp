@@ -165,6 +165,16 @@ void Writeback::UpdateRate(uint64_t now) {
   uint64_t cache_bytes = (u.buckets - u.reserved) * bucket;
   double target = static_cast<double>(cache_bytes) * k.writeback_percent.load() / 100.0;
   double dirty = static_cast<double>(d.set->index().DirtyBytes(d.dev));
+  // writeback_order flush: the lag target caps the dirty target at what
+  // came in over writeback_lag_target seconds — dirty x target / lag, the
+  // dirty data per second of lag measured now — so the controller steers
+  // the oldest epoch's age towards the target, as it steers dirty data
+  // towards writeback_percent (past twice the target: full speed,
+  // MeasureLag).
+  const double lag_target = k.writeback_lag_target.load();
+  const double lag_s = static_cast<double>(lag_ms_.load()) / 1000;
+  if (k.writeback_order.load() == WritebackOrder::kFlush && lag_target > 0 && lag_s > lag_target)
+    target = std::min(target, dirty * lag_target / lag_s);
   double error = dirty - target;
   double p = error / std::max<uint32_t>(1, k.writeback_rate_p_term_inverse.load());
   double seconds = std::max<uint32_t>(1, k.writeback_rate_update_seconds.load());
@@ -212,11 +222,13 @@ Writeback::Lag Writeback::MeasureLag(uint64_t now) {
   d_.clock->Forget(lag.oldest ? *lag.oldest : d_.epoch->current());
   lag.as_of_ms = lag.oldest ? d_.clock->AsOf(*lag.oldest) : t_ms;
   const uint64_t target = k.writeback_lag_target.load();
+  lag_ms_.store(lag.oldest && lag.as_of_ms < t_ms ? t_ms - lag.as_of_ms : 0);
+  // Twice the target: the controller (UpdateRate) did not hold it.
   const bool over = k.writeback_order.load() == WritebackOrder::kFlush && lag.oldest && target > 0 &&
-                    lag.as_of_ms + target * 1000 < t_ms;
+                    lag.as_of_ms + 2 * target * 1000 < t_ms;
   if (over != lag_over_.load())
-    UB_INFO("{}: writeback lag {} writeback_lag_target {} s{}", d_.spec, over ? "past" : "back under", target,
-            over ? ": writing back at full speed" : "");
+    UB_INFO("{}: writeback lag {} twice writeback_lag_target ({} s){}", d_.spec, over ? "past" : "back under",
+            target, over ? ": writing back at full speed" : "");
   lag_over_.store(over);
   return lag;
 }

@@ -152,7 +152,7 @@ class Writeback {
     uint64_t rate, dirty, target;
     int64_t proportional, integral, fragment, change;
     uint64_t next_io_ms;
-    bool lag_over_target;  // writeback_lag_target passed: full speed, whatever the rate says
+    bool lag_over_target;  // twice writeback_lag_target passed: full speed, whatever the rate says
   };
   RateDebug rate_debug() const;
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
@@ -242,7 +242,8 @@ class Writeback {
   uint64_t unordered_through_ = 0;
   uint64_t seen_lba_switches_ = 0;  // BackingSuper::lba_switches as last handled
   uint64_t recorded_as_of_ = 0;  // unix s: the last consistent_as_of written
-  std::atomic<bool> lag_over_{false};  // past writeback_lag_target: full speed
+  std::atomic<bool> lag_over_{false};  // past twice writeback_lag_target: full speed
+  std::atomic<uint64_t> lag_ms_{0};    // MeasureLag's last reading, for UpdateRate
   std::atomic<uint64_t> errors_{0}, written_{0};
   // For RateDebug (written by the thread).
   std::atomic<uint64_t> dbg_dirty_{0}, dbg_target_{0}, dbg_next_io_{0};

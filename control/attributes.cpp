@@ -369,8 +369,9 @@ std::vector<Attribute> BuildTable() {
   t.push_back(IntKnob("writeback_delay", bdev, "seconds to sleep after a full writeback pass",
                       &CacheKnobs::writeback_delay, 0, kUint, "seconds", false, "writeback_delay_seconds"));
   t.push_back(IntKnob("writeback_lag_target", bdev,
-                      "writeback_order flush: seconds the oldest epoch not yet on the backing device may age "
-                      "before writeback runs at full speed (0: no target)",
+                      "writeback_order flush: the rate controller keeps the oldest epoch not yet on the backing "
+                      "device about this many seconds old, lowering its dirty target; past twice this, full "
+                      "speed (0: no target)",
                       &CacheKnobs::writeback_lag_target, 0, kUint, "seconds", false, "writeback_lag_target_seconds"));
   t.push_back(IntKnob("writeback_running", bdev, "1 runs writeback, 0 pauses it", &CacheKnobs::writeback_running,
                       0, 1, "", false, "writeback_running"));

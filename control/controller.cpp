@@ -235,7 +235,7 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
            FormatSize(d.target) + "\nproportional:\t" + sz(d.proportional) + "\nintegral:\t" + sz(d.integral) +
            "\nfragment:\t" + sz(d.fragment) + "\nchange:\t\t" + sz(d.change) + "/sec\nnext io:\t" +
            std::to_string(d.next_io_ms) + "ms\n" +
-           (d.lag_over_target ? "lag:\t\tpast writeback_lag_target: full speed\n" : "");
+           (d.lag_over_target ? "lag:\t\tpast twice writeback_lag_target: full speed\n" : "");
   }
   if (r.command == "clear-stats") {
     t.device->stats().Clear();
