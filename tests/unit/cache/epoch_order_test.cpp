@@ -668,10 +668,12 @@ TEST_CASE("flush order: writeback_lag_target bounds the lag when the rate contro
   k.writeback_rate_minimum = 4096;
   k.writeback_rate = 4096;
   k.writeback_lag_target = 0;
+  k.writeback_running = false;  // all 64 blocks dirty first (a slow build writes them slowly)
   for (uint64_t b = 0; b < 64; b++) rig.Write(b, false);
   rig.Flush();
   const uint64_t dirty = rig.dev->dirty_bytes();
   REQUIRE(dirty >= 64 * kBlock);
+  k.writeback_running = true;
   AlignedBuffer buf(kBlock);
   auto busy_for = [&](int ms) {  // a read every 20 ms: never idle
     for (int i = 0; i < ms / 20; i++) {
