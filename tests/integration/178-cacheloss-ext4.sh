@@ -107,30 +107,6 @@ keep_evidence() {
 }
 on_exit keep_evidence
 
-# attach_dio SIZE — lib.sh's attach, but the loop device does direct I/O in
-# 4 KiB sectors (as bench/suites/common.sh): the export's minimum block is 4
-# KiB (a formatted cache set) and nbdfuse refuses smaller requests, and no
-# page cache of nbdfuse's file sits between ext4's flushes and the export.
-# lib.sh's `detach` undoes it.
-attach_dio() {
-  rm -f "$WORK/nbdfuse.pid"
-  nbdfuse -P "$WORK/nbdfuse.pid" "$FUSE_DIR/disk" --unix "$SERVER_SOCK" 2>"$WORK/nbdfuse.log" &
-  FUSE_PID=$!
-  # Not reported when it dies: nbdfuse 1.14 aborts on an assertion
-  # (operations.c: in_flight >= 1) when the server goes away with requests
-  # in flight. `detach` still ends it.
-  disown "$FUSE_PID"
-  local deadline=$((SECONDS + 20))
-  until [[ -s $WORK/nbdfuse.pid && -f $FUSE_DIR/disk ]]; do
-    kill -0 "$FUSE_PID" 2>/dev/null || fail "nbdfuse exited: $(cat "$WORK/nbdfuse.log")"
-    ((SECONDS < deadline)) || fail "nbdfuse did not become ready in 20s: $(cat "$WORK/nbdfuse.log")"
-    sleep 0.1
-  done
-  [[ $(stat -c %s "$FUSE_DIR/disk") == "$1" ]] || fail "nbdfuse file is $(stat -c %s "$FUSE_DIR/disk") bytes, expected $1"
-  LOOP=$(losetup -f --show --direct-io=on --sector-size 4096 "$FUSE_DIR/disk") || fail "losetup on the nbdfuse file failed"
-  [[ $(cat "/sys/block/${LOOP#/dev/}/loop/dio") == 1 ]] || fail "$LOOP does not do direct I/O"
-}
-
 # sb SPEC FIELD — one field of `show-super` ("name value" lines); empty if absent.
 sb() { "$UBCACHE" show-super "$1" | awk -v f="$2" '$1 == f {print $2}'; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
@@ -213,7 +189,7 @@ cycle() {
     fail "cycle $i: the superblock says writeback_order $(sb "$backing" writeback_order), want $order"
   local off
   off=$(sb "$backing" data_offset)
-  attach_dio $((SIZE - off))
+  attach $((SIZE - off)) direct
   mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$LOOP" >"$dir/mkfs.log" 2>&1 ||
     fail "cycle $i: mkfs.ext4: $(cat "$dir/mkfs.log")"
   mount -t ext4 "$LOOP" "$MNT" || fail "cycle $i: mount"
