@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/cached_device.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <memory>
 
 #include "cache/index_call.h"
 #include "cache/request_timing.h"
+#include "util/aligned_buffer.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -222,7 +225,36 @@ void CachedDevice::DoSubmit(const IoRequest& req, IoDone client) {
       });
       return;
     case IoOp::kDiscard:
-    case IoOp::kWriteZeroes: discard_.Discard(req, std::move(done)); return;
+    case IoOp::kWriteZeroes:
+      // Flush order with older epochs dirty: on the backing device this
+      // would wait for writeback to write all of them (rule 14) — with
+      // hundreds of MiB dirty over a spindle, minutes, and ext4 sends
+      // them in its lazy inode-table zeroing and fstrim. A discard allows
+      // its range's content to go, never requires it (NBD_CMD_TRIM; a
+      // block device's discard without zeroing): answered, the data stays
+      // (clean copies stay true, dirty ones are still written back). A
+      // write-zeroes must read back zeros: taken as a write of zeros, so
+      // the cache absorbs it in its epoch like any write (past the cutoffs
+      // it goes through, and waits, as before).
+      if (attached() && !set_->failed() && ordered_.WouldWait()) {
+        if (req.op == IoOp::kDiscard) {
+          discards_skipped_.fetch_add(1, std::memory_order_relaxed);
+          CompleteLater(std::move(done), Status::OK());
+          return;
+        }
+        if (req.len <= kZeroesAsWrite &&
+            set_->knobs().cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback) {
+          zeroes_cached_.fetch_add(1, std::memory_order_relaxed);
+          auto zeros = std::make_shared<AlignedBuffer>(req.len);
+          std::memset(zeros->data(), 0, req.len);
+          IoRequest write{IoOp::kWrite, req.flags & kIoFua, req.offset, req.len, zeros->data()};
+          bypass_.MarkSyncHint(&write.flags);
+          DoWrite(write, [zeros, done = std::move(done)](Status st) mutable { done(std::move(st)); });
+          return;
+        }
+      }
+      discard_.Discard(req, std::move(done));
+      return;
   }
 }
 

@@ -132,6 +132,13 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // before going to the backing device (rule 14, cache/ordered_gate.h).
   uint64_t ordered_waits() const { return ordered_.waits(); }
   uint64_t ordered_wait_us() const { return ordered_.wait_us(); }
+  // Flush order, older epochs dirty (a backing discard or write-zeroes
+  // would wait for all of them — minutes over a spindle): discards answered
+  // without reaching the backing device, and write-zeroes of at most
+  // kZeroesAsWrite taken by the cache as writes of zeros (DoSubmit).
+  uint64_t discards_skipped() const { return discards_skipped_.load(std::memory_order_relaxed); }
+  uint64_t zeroes_cached() const { return zeroes_cached_.load(std::memory_order_relaxed); }
+  static constexpr uint64_t kZeroesAsWrite = 4 << 20;
   // What the backing device's reads and writes take, as this device sends them.
   const ServiceTime& backing_time() const { return backing_time_; }
   // See the top. Refuses a backing device that shrank (nothing changes).
@@ -197,6 +204,7 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   DirtyWriteEngine dirty_write_;
   DiscardEngine discard_;
   bool can_writeback_ = false;
+  std::atomic<uint64_t> discards_skipped_{0}, zeroes_cached_{0};
   std::atomic<bool> fenced_{false};
   mutable Mutex fence_mu_;
   std::string fence_reason_ GUARDED_BY(fence_mu_);

@@ -29,6 +29,13 @@ bool OrderedGate::MayGo(uint64_t epoch) {
   return !oldest || *oldest >= epoch;
 }
 
+bool OrderedGate::WouldWait() {
+  if (set_->knobs().writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush ||
+      set_->buckets().dirty_buckets() == 0)
+    return false;
+  return !MayGo(epoch_->current());
+}
+
 void OrderedGate::Enter(Callback<void(bool)> go) {
   // The common case costs one load: no dirty data in the set at all
   // (kept versions count into their buckets, rule 15).

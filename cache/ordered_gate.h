@@ -63,6 +63,8 @@ class OrderedGate {
   // every waiter, with go(false) (the device was fenced: its writes fail).
   void Advance(bool fenced = false) EXCLUDES(mu_);
   bool waiting() const { return nwaiting_.load(std::memory_order_relaxed) > 0; }
+  // Whether a backing write of the current epoch would wait now.
+  bool WouldWait();
 
   uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
   uint64_t wait_us() const { return wait_us_.load(std::memory_order_relaxed); }

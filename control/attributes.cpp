@@ -467,6 +467,17 @@ std::vector<Attribute> BuildTable() {
                    "older epoch (writeback_order flush: the cache could not take them)",
                    "ordered_waits_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->ordered_waits()); }));
+  t.push_back(Stat("discards_skipped", bdev,
+                   "discards answered without reaching the backing device: in flush order they would have waited "
+                   "for every older epoch to be written back (the data stays; a discard allows its content to go, "
+                   "never requires it)",
+                   "discards_skipped_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->discards_skipped()); }));
+  t.push_back(Stat("zeroes_cached", bdev,
+                   "write-zeroes of at most 4 MiB taken by the cache as writes of zeros: in flush order they "
+                   "would have waited for every older epoch to be written back",
+                   "zeroes_cached_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->zeroes_cached()); }));
   t.push_back(Stat("ordered_wait_us", bdev, "microseconds those writes and discards waited, summed",
                    "ordered_wait_microseconds_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->ordered_wait_us()); }));
