@@ -680,7 +680,7 @@ def r_scaling(d, plots):
 TUNE_LABEL = {"backing": "backing device alone (sas:)", "cache": "cache file alone",
               "untuned": "untuned (bcache defaults)", "tuned": "tuned (cutoff 0, thresholds 0)",
               "cutoff0": "sequential_cutoff 0 alone", "cong0": "congested thresholds 0 alone",
-              "shipped": "as shipped"}
+              "shipped": "as shipped", "lba": "as shipped, writeback_order lba"}
 TUNE_TOOLS = [("sysbench48", "sysbench fileio rndrw, 48 threads"), ("sysbench4", "sysbench fileio rndrw, 4 threads"),
               ("fio48", "fio randrw (60 % read, 16 KiB, psync), 48 jobs")]
 
@@ -748,6 +748,16 @@ def r_tuning(d, plots):
                 out += [f"{name}, {title}: as shipped {f2(m)}× hand-tuned ({fspread(v)}), bcache's defaults "
                         f"{f2(med(u)) if u else '—'}× — target (issue 13) ≥ 0.95×: "
                         + ("PASS" if m >= 0.95 else "MISS"), ""]
+    # Issue 30: writeback as shipped (writeback_order flush, epoch order)
+    # against the same with bcache's address order.
+    for tool, title in TUNE_TOOLS:
+        v = per_repeat("wb:shipped", tool, "wb:lba")
+        if v:
+            m = med(v)
+            out += [f"writeback, {title}: as shipped (writeback_order flush) {f2(m)}× writeback_order lba "
+                    f"(read + written MiB/s; per repeat: {', '.join(f2(x) for x in v)})"
+                    + (" — target (issue 30) ≥ 0.9×: " + ("PASS" if m >= 0.9 else "MISS") if "48" in tool
+                       else " — for reference"), ""]
     # Why: the counters of each ubcache configuration (first repeat).
     crow = []
     for cfg in d["configs"]:
@@ -955,9 +965,200 @@ def _dp_ublk(d):
     return out
 
 
+ORDER_LABEL = {"flush": "flush (epoch order, the default)", "lba": "lba (address order, bcache's)"}
+
+
+def _time_lines(plots, name, title, series, ylabel, marks=(), hlines=(), log=False):
+    """series: [(label, [(seconds, value)])]; marks: [(seconds, label)], dotted verticals;
+    hlines: [(value, label)], dashed horizontals."""
+    series = [(l, [p for p in pts if p[1] is not None]) for l, pts in series]
+    series = [s for s in series if s[1]]
+    if not plots.plt or not series:
+        return None
+    fig, ax = plots.plt.subplots(figsize=(7, 4))
+    for label, pts in series:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, linewidth=1)
+    for x, label in marks:
+        ax.axvline(x, color="grey", linewidth=0.8, linestyle=":")
+        ax.annotate(label, (x, 0), xycoords=("data", "axes fraction"), xytext=(2, 4), textcoords="offset points",
+                    fontsize=7, color="grey")
+    for y, label in hlines:
+        ax.axhline(y, color="#c44e52", linewidth=0.8, linestyle="--", label=label)
+    if hlines and not log:
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1.05 * max(y for y, _ in hlines)))
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("seconds since fio's start")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return plots._save(fig, name)
+
+
+def r_ordered(d, plots):
+    o = d.get("orders", {})
+    mib = 1 << 20
+    out = [f"fio 4 KiB randwrite, one job at QD{d['iodepth']} (nbd engine, one connection), fsync={d['fsync']} (an "
+           f"NBD FLUSH after every {d['fsync']}th write; fio sends them in bursts at QD>1), over {d['region']} of a "
+           f"{d['backing_size']} `sas:` backing file behind a {d['cache_size']} cache in writeback, {d['seconds']} s "
+           "in each order (flush first, then lba; a fresh format each), the daemon sampled once a second; then "
+           f"`ctl flush`, timed (stopped after {d['flush_max_s']} s: a capped drain's rate is what it drained by "
+           "then). Between the two, one 4 KiB discard past the written region is timed (stopped after "
+           f"{d.get('trim_max_s', '?')} s): in flush order a discard reaches the backing device only after every "
+           "older epoch (doc/design.md rule 14). One run per order: on a shared 2-core machine read the ratios, "
+           "not the third digit.", ""]
+
+    def cell(k, order, f=f0, scale=1):
+        v = o.get(order, {}).get(k)
+        return "—" if v is None else f(v / scale)
+
+    def drain(order):
+        fl = o.get(order, {}).get("flush") or {}
+        if fl.get("rate_mib_s") is None:
+            return "—"
+        return (f"{f2(fl['rate_mib_s'])} ({f0((fl.get('drained') or 0) / mib)} MiB in {f0(fl['seconds'])} s"
+                + ("" if fl.get("completed") else f", capped: {f0((fl.get('dirty_end') or 0) / mib)} MiB left") + ")")
+
+    def trim(order):
+        t = o.get(order, {}).get("trim")
+        if not t:
+            return "—"
+        return f1(t["seconds"]) if t.get("completed") else f"≥ {f0(t['seconds'])} (stopped, still waiting)"
+
+    def pct_of_cache(order, k):
+        x = o.get(order, {})
+        v, c = x.get(k), x.get("cache_data_bytes")
+        return "—" if v is None else f"{f0(v / mib)} ({100 * v / c:.0f} %)" if c else f0(v / mib)
+
+    rows = [
+        ("client write IOPS, mean of seconds", lambda q: cell("iops_mean", q)),
+        ("client write IOPS, median of seconds", lambda q: cell("iops_median", q)),
+        ("client write IOPS, mean of the second half", lambda q: cell("iops_second_half_mean", q)),
+        ("write latency p50 / p99 / max, ms", lambda q: "—" if q not in o else
+         f"{f2(o[q]['fio']['clat_p50_us'] / 1e3)} / {f1(o[q]['fio']['clat_p99_us'] / 1e3)} / "
+         f"{f0(o[q]['fio']['clat_max_us'] / 1e3)}"),
+        ("client writes / FLUSHes (daemon's counts)", lambda q: "—" if q not in o else
+         f"{o[q].get('client_writes')} / {o[q].get('client_flushes')}"),
+        ("writeback lag max, s", lambda q: cell("lag_max_s", q, f1)),
+        ("writeback lag p50 / p99, s", lambda q: f"{cell('lag_p50_s', q, f1)} / {cell('lag_p99_s', q, f1)}"),
+        ("writeback lag at fio's end, s", lambda q: cell("lag_end_s", q, f1)),
+        ("dirty epochs, most", lambda q: cell("epochs_max", q)),
+        ("free buckets, fewest / cache_available_percent, lowest",
+         lambda q: f"{cell('free_buckets_min', q)} / {cell('cache_available_min', q)}"),
+        ("dirty MiB at the cutoff (most; % of the cache's data buckets)", lambda q: pct_of_cache(q, "dirty_max")),
+        ("dirty MiB, median of the second half", lambda q: pct_of_cache(q, "dirty_second_half_median")),
+        ("cutoff reached after, s (dirty within 5 % of its most)", lambda q: cell("cutoff_reached_s", q)),
+        ("writes turned to write-through at the cutoff", lambda q: cell("cutoff_writethroughs", q)),
+        ("ordered waits during fio (writes that waited for older epochs)", lambda q: cell("ordered_waits", q)),
+        ("ordered wait, s in all / ms each", lambda q: "—" if q not in o or o[q].get("ordered_wait_us") is None else
+         f"{f1(o[q]['ordered_wait_us'] / 1e6)} / "
+         + (f2(o[q]['ordered_wait_us'] / 1e3 / o[q]['ordered_waits']) if o[q].get("ordered_waits") else "—")),
+        ("written back during fio, MiB", lambda q: cell("writeback_written", q, f0, mib)),
+        ("one 4 KiB discard at fio's end, s", trim),
+        ("`ctl flush` drain rate, MiB/s", drain),
+    ]
+    orders = [q for q in ("flush", "lba") if q in o] + [q for q in o if q not in ("flush", "lba")]
+    out += table(["", *(ORDER_LABEL.get(q, q) for q in orders)], [[name, *(fn(q) for q in orders)] for name, fn in rows],
+                 ["---"] + ["---:"] * len(orders))
+
+    def ratio(get):
+        a, b = get(o.get("flush", {})), get(o.get("lba", {}))
+        return a / b if a is not None and b else None
+
+    if "flush" in o and "lba" in o:
+        fl = lambda k: (lambda x: (x.get("flush") or {}).get(k))
+        rs = [("client write IOPS, mean", ratio(lambda x: x.get("iops_mean"))),
+              ("client write IOPS, median", ratio(lambda x: x.get("iops_median"))),
+              ("client write IOPS, second half", ratio(lambda x: x.get("iops_second_half_mean"))),
+              ("`ctl flush` drain rate", ratio(fl("rate_mib_s"))),
+              ("one discard's wait" + ("" if all((o[q].get("trim") or {}).get("completed", True) for q in ("flush", "lba"))
+                                      else " (at least: stopped)"),
+               ratio(lambda x: (x.get("trim") or {}).get("seconds"))),
+              ("writeback lag, max", ratio(lambda x: x.get("lag_max_s"))),
+              ("writeback lag, p50", ratio(lambda x: x.get("lag_p50_s"))),
+              ("dirty at the cutoff (most)", ratio(lambda x: x.get("dirty_max")))]
+        out += ["flush / lba:", ""] + table(["", "flush / lba"], [[n, f2(v)] for n, v in rs])
+        capped = [q for q in orders if not (o[q].get("flush") or {}).get("completed", True)]
+        if capped:
+            out += [f"The drain was capped in {' and '.join(capped)} order: its rate is over the first "
+                    f"{d['flush_max_s']} s only (ORD_FLUSH_MAX).", ""]
+    tgt = {o[q].get("lag_target_s") for q in orders} - {None, 0}
+    # The cutoffs, as shares of the data buckets (they count metadata too).
+    cut = sorted({(x[k] * x["cache_data_bytes"] / 100 / mib, f"{k} {x[k]} % (counts dirty buckets + metadata)") for x in o.values()
+                  for k in ("cutoff_writeback", "cutoff_writeback_sync") if x.get(k) and x.get("cache_data_bytes")})
+    secs = max((o[q].get("fio_seconds") or 0 for q in orders), default=0)
+    marks = [(secs, "fio stops: discard, ctl flush")] if secs else []
+    series = lambda k, scale=1: [(ORDER_LABEL.get(q, q), [(s["t"], s[k] / scale if s.get(k) is not None else None)
+                                                        for s in o[q]["samples"]]) for q in orders]
+    plots_made = [
+        ("writeback lag", _time_lines(plots, "ordered_lag", "writeback_lag_seconds over time (fio, then ctl flush)",
+                                      series("writeback_lag_seconds"), "lag, s", marks,
+                                      [(t, f"writeback_lag_target {t} s") for t in sorted(tgt)])),
+        ("dirty data", _time_lines(plots, "ordered_dirty", "dirty data over time (fio, then ctl flush)",
+                                   series("dirty_data", mib), "dirty, MiB", marks, cut)),
+        ("client IOPS", _time_lines(plots, "ordered_iops", "client write IOPS over time (fio's log, 1 s means)",
+                                    [(ORDER_LABEL.get(q, q), o[q]["iops_series"]) for q in orders], "write IOPS (log)",
+                                    log=True)),
+    ]
+    out += [f"![{n}]({p})" for n, p in plots_made if p] + [""]
+
+    db = (d.get("dbench") or {}).get("orders") or {}
+    if db:
+        dd = d["dbench"]
+        counts = sorted({p["clients"] for pts in db.values() for p in pts})
+        by = {q: {p["clients"]: p for p in pts} for q, pts in db.items()}
+        dorders = [q for q in ("flush", "lba") if q in db] + [q for q in db if q not in ("flush", "lba")]
+        head, rws = ["clients"], []
+        for q in dorders:
+            head += [f"{q}: MB/s", f"{q}: max latency ms (slowest op)", f"{q}: ordered waits (s waited)",
+                     f"{q}: discards + write-zeroes", f"{q}: dirty after MiB"]
+        for c in counts:
+            r = [str(c)]
+            for q in dorders:
+                p = by[q].get(c)
+                if not p:
+                    r += ["—"] * 5
+                    continue
+                op = p.get("op_max_latency_ms")
+                ou = p.get("ordered_wait_us")
+                dz = p.get("discards_and_zeroes")
+                r += [f1(p["mb_s"]), f0(p["max_latency_ms"]) + (f" ({f0(op)})" if op is not None else ""),
+                      str(p["ordered_waits"]) + (f" ({f1(ou / 1e6)})" if ou is not None else ""),
+                      "—" if dz is None else str(dz), f0(p["dirty_after"] / mib)]
+            rws.append(r)
+        out += [f"dbench 4 (client.txt) on ext4 ({dd['fs_size']}) over ubcache in writeback ({dd['cache_size']} "
+                f"cache, `sas:` backing; nbdfuse + losetup), {dd['seconds']} s per point, one sweep per order, each "
+                "order on a fresh format and mkfs. Max latency is dbench's (the worst of its per-second "
+                "intervals); in brackets the slowest single operation of its table, which can be far longer "
+                "(one that outlasted the run holds up dbench's cleanup). Ordered waits: client writes and "
+                "discards that went to the backing device only after every older epoch was written back, with "
+                "the seconds they waited in all.", ""] + table(head, rws)
+        for q in dorders:
+            u = by[q]
+            peak = max(u.values(), key=lambda p: p["mb_s"])
+            last = u[max(u)]
+            r = last["mb_s"] / peak["mb_s"] if peak["mb_s"] else None
+            verdict_ = ("PASS" if r is not None and r >= 0.9 else "MISS") if q == "flush" else "for reference"
+            out += [f"{q} order: {max(u)} clients {f1(last['mb_s'])} MB/s, {f2(r)}× its peak ({f1(peak['mb_s'])} MB/s "
+                    f"at {peak['clients']}); target (issue 30, flush order) ≥ 0.9× — {verdict_}"
+                    + (" (one sweep; the scaling suite's fresh-start pairs are the careful verdict)" if q == "flush"
+                       else ""), ""]
+        if "flush" in by and "lba" in by:
+            lc = max(set(by["flush"]) & set(by["lba"]), default=None)
+            if lc is not None and by["lba"][lc]["mb_s"]:
+                out += [f"dbench at {lc} clients, flush / lba: {f2(by['flush'][lc]['mb_s'] / by['lba'][lc]['mb_s'])}×",
+                        ""]
+        p = plots.scaling_lines("ordered_dbench", "dbench over writeback, by writeback_order",
+                                [(ORDER_LABEL.get(q, q), [(p["clients"], p["mb_s"]) for p in db[q]]) for q in dorders],
+                                "MB/s (dbench)")
+        if p:
+            out += [f"![ordered dbench]({p})", ""]
+    return out
+
+
 RENDER = {"observability": r_observability, "datapath": r_datapath, "writeback": r_writeback, "peers": r_peers, "latency": r_latency,
           "fairness": r_fairness, "scaling": r_scaling,
-          "tuning": r_tuning, "rbd": r_rbd}
+          "tuning": r_tuning, "rbd": r_rbd, "ordered": r_ordered}
 
 
 def fmt_bytes(n):
