@@ -105,11 +105,8 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
 CachedDevice::~CachedDevice() { writeback_.reset(); }
 
 uint64_t CachedDevice::writeback_lag_ms() {
-  const uint64_t now = UnixMillis();
-  std::optional<uint64_t> oldest = set_->index().OldestEpoch(dev_);
-  if (!oldest) return 0;
-  const uint64_t began = clock_.AsOf(*oldest);
-  return began && began < now ? now - began : 0;
+  const uint64_t now = UnixMillis();  // before the index, as MeasureLag
+  return clock_.LagMs(set_->index().OldestEpoch(dev_), now);
 }
 
 std::string CachedDevice::Describe() const {

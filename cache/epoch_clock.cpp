@@ -47,6 +47,12 @@ uint64_t EpochClock::AsOf(uint64_t oldest) const {
   return it == stamps_.begin() ? 0 : std::prev(it)->second;
 }
 
+uint64_t EpochClock::LagMs(std::optional<uint64_t> oldest, uint64_t now_ms) const {
+  if (!oldest) return 0;
+  const uint64_t began = AsOf(*oldest);
+  return began && began < now_ms ? now_ms - began : 0;
+}
+
 void EpochClock::Forget(uint64_t oldest) {
   MutexLock l(&mu_);
   auto it = std::upper_bound(stamps_.begin(), stamps_.end(), std::make_pair(oldest, UINT64_MAX));

@@ -40,6 +40,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "util/thread_annotations.h"
@@ -60,6 +61,9 @@ class EpochClock {
   // For the oldest epoch still dirty: unix ms T before which no write of it
   // or a later epoch was acknowledged (0 if nothing is known).
   uint64_t AsOf(uint64_t oldest) const EXCLUDES(mu_);
+  // The lag at unix ms `now_ms`: now minus AsOf(oldest); 0 with nothing
+  // dirty (no oldest) or nothing known.
+  uint64_t LagMs(std::optional<uint64_t> oldest, uint64_t now_ms) const EXCLUDES(mu_);
   // Epochs before `oldest` are written back (or, with nothing dirty, every
   // epoch before the current one): forgets their stamps, but for the one
   // AsOf(oldest) falls back on.

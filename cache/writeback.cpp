@@ -222,7 +222,7 @@ Writeback::Lag Writeback::MeasureLag(uint64_t now) {
   d_.clock->Forget(lag.oldest ? *lag.oldest : d_.epoch->current());
   lag.as_of_ms = lag.oldest ? d_.clock->AsOf(*lag.oldest) : t_ms;
   const uint64_t target = k.writeback_lag_target.load();
-  lag_ms_.store(lag.oldest && lag.as_of_ms < t_ms ? t_ms - lag.as_of_ms : 0);
+  lag_ms_.store(d_.clock->LagMs(lag.oldest, t_ms));
   // Twice the target: the controller (UpdateRate) did not hold it.
   const bool over = k.writeback_order.load() == WritebackOrder::kFlush && lag.oldest && target > 0 &&
                     lag.as_of_ms + 2 * target * 1000 < t_ms;
