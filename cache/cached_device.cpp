@@ -97,6 +97,14 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
       activity_.TurnedAway(NowNanos());
       writeback_->Kick();
     });
+    // Room for a write turned away for space: what DirtyWriteEngine::Accepts
+    // takes in flush order with dirty data (up to the sync cutoff).
+    ordered_.SetRoom([this] {
+      const CacheKnobs& k = set_->knobs();
+      return attached() && !fenced() && !set_->failed() &&
+             k.cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback &&
+             set_->in_use_percent() <= k.cutoff_writeback_sync.load(std::memory_order_relaxed);
+    });
     writeback_->Start();
     can_writeback_ = true;
   }
@@ -345,10 +353,17 @@ void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty,
   // A write over dirty data is cached even when it goes through (bcache).
   bool bypass = !attached() || (seq_bypass && !has_dirty);
   // In the writeback path DirtyWriteEngine gave `done` back when it could not take the write.
-  // Not ahead of older epochs still dirty in the cache (rule 14).
+  // Not ahead of older epochs still dirty in the cache (rule 14). A write
+  // the cache turned away for space may start over once it has room again
+  // (OrderedGate: sooner than its epoch, with a backlog over a spindle).
+  bool room_ok = attached() && mode == CacheMode::kWriteback && wb && !dirty_refused;
   ordered_.Enter(
-      [this, req, bypass, has_dirty, dropped_clean, done = std::move(done)](bool go) mutable {
-        if (!go || fenced()) {  // it waited, and met the fence
+      [this, req, bypass, has_dirty, dropped_clean, done = std::move(done)](OrderedGate::Verdict v) mutable {
+        if (v == OrderedGate::Verdict::kRoom && !fenced()) {
+          DoWrite(req, std::move(done), dropped_clean);
+          return;
+        }
+        if (v != OrderedGate::Verdict::kGo || fenced()) {  // it waited, and met the fence
           CompleteLater(std::move(done), FencedError(spec_, req.op));
           return;
         }
@@ -367,7 +382,8 @@ void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty,
           return;
         }
         write_through_.Write(req, std::move(done), bypass, has_dirty, dropped_clean);
-      });
+      },
+      room_ok);
 }
 
 }  // namespace ubcache

@@ -132,6 +132,7 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // before going to the backing device (rule 14, cache/ordered_gate.h).
   uint64_t ordered_waits() const { return ordered_.waits(); }
   uint64_t ordered_wait_us() const { return ordered_.wait_us(); }
+  uint64_t ordered_room_retries() const { return ordered_.room_retries(); }
   // Flush order, older epochs dirty (a backing discard or write-zeroes
   // would wait for all of them — minutes over a spindle): discards answered
   // without reaching the backing device, and write-zeroes of at most

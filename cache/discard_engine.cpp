@@ -32,8 +32,8 @@ void DiscardEngine::Discard(const IoRequest& req, IoDone done) {
           return;
         }
         // Not ahead of older epochs still dirty in the cache (rule 14).
-        c_.ordered->Enter([this, req, dropped, done = std::move(done)](bool go) mutable {
-          if (!go) {
+        c_.ordered->Enter([this, req, dropped, done = std::move(done)](OrderedGate::Verdict v) mutable {
+          if (v != OrderedGate::Verdict::kGo) {
             Reactor::Current()->DeferDone(std::move(done), Status::IoError(c_.spec + ": fenced while waiting for writeback"));
             return;
           }

@@ -2,6 +2,7 @@
 #include "cache/ordered_gate.h"
 
 #include <cassert>
+#include <optional>
 
 #include "btree/write_epoch.h"
 #include "cache/cache_set.h"
@@ -36,12 +37,12 @@ bool OrderedGate::WouldWait() {
   return !MayGo(epoch_->current());
 }
 
-void OrderedGate::Enter(Callback<void(bool)> go) {
+void OrderedGate::Enter(Callback<void(Verdict)> go, bool room_ok) {
   // The common case costs one load: no dirty data in the set at all
   // (kept versions count into their buckets, rule 15).
   if (set_->knobs().writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush ||
       set_->buckets().dirty_buckets() == 0) {
-    go(true);
+    go(Verdict::kGo);
     return;
   }
   const uint64_t epoch = epoch_->current();
@@ -53,7 +54,7 @@ void OrderedGate::Enter(Callback<void(bool)> go) {
     if (!MayGo(epoch)) {
       waits = true;
       uint64_t now = NowNanos();
-      waiters_.push_back({epoch, now, Reactor::Current(), std::move(go)});
+      waiters_.push_back({epoch, now, Reactor::Current(), room_ok, std::move(go)});
       nwaiting_.store(waiters_.size(), std::memory_order_relaxed);
       waits_.fetch_add(1, std::memory_order_relaxed);
       if (!set_->knobs().writeback_running.load(std::memory_order_relaxed) &&
@@ -66,19 +67,30 @@ void OrderedGate::Enter(Callback<void(bool)> go) {
     }
   }
   if (!waits)
-    go(true);
+    go(Verdict::kGo);
   else if (wake_)
     wake_();
 }
 
 void OrderedGate::Advance(bool fenced) {
   if (!waiting()) return;
-  std::vector<Waiter> ready;
+  std::vector<std::pair<Waiter, Verdict>> ready;
   {
     MutexLock l(&mu_);
+    // Asked at most once a call, and only if someone may use the answer.
+    std::optional<bool> room;
     for (size_t i = 0; i < waiters_.size();) {
-      if (fenced || MayGo(waiters_[i].epoch)) {
-        ready.push_back(std::move(waiters_[i]));
+      Verdict v = Verdict::kGo;
+      bool done = fenced || MayGo(waiters_[i].epoch);
+      if (fenced) {
+        v = Verdict::kFenced;
+      } else if (!done && waiters_[i].room_ok && room_) {
+        if (!room) room = room_();
+        done = *room;
+        v = Verdict::kRoom;
+      }
+      if (done) {
+        ready.emplace_back(std::move(waiters_[i]), v);
         waiters_[i] = std::move(waiters_.back());
         waiters_.pop_back();
       } else {
@@ -88,9 +100,10 @@ void OrderedGate::Advance(bool fenced) {
     nwaiting_.store(waiters_.size(), std::memory_order_relaxed);
   }
   uint64_t now = NowNanos();
-  for (Waiter& w : ready) {
+  for (auto& [w, v] : ready) {
     wait_us_.fetch_add((now - w.since_ns) / 1000, std::memory_order_relaxed);
-    w.reactor->Post([go = std::move(w.go), fenced]() mutable { go(!fenced); });
+    if (v == Verdict::kRoom) room_retries_.fetch_add(1, std::memory_order_relaxed);
+    w.reactor->Post([go = std::move(w.go), v = v]() mutable { go(v); });
   }
 }
 

@@ -481,6 +481,11 @@ std::vector<Attribute> BuildTable() {
   t.push_back(Stat("ordered_wait_us", bdev, "microseconds those writes and discards waited, summed",
                    "ordered_wait_microseconds_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->ordered_wait_us()); }));
+  t.push_back(Stat("ordered_room_retries", bdev,
+                   "of those writes, the ones turned away for space that went into the cache after all: it had "
+                   "room again before writeback reached their epoch",
+                   "ordered_room_retries_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->ordered_room_retries()); }));
   AddServiceTime(t, bdev, "backing", [](Reading& r) -> const ServiceTime& { return r.target().device->backing_time(); });
   {
     Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state; fenced once another client "

@@ -546,6 +546,49 @@ TEST_CASE("flush order: writes the cache turns away wait for older epochs (rule 
   }
 }
 
+// Rule 14 and space: a write the cache turns away for space alone (past
+// cutoff_writeback_sync) waits at the gate only until writeback has
+// cleaned enough buckets, then goes into the cache — not until every older
+// epoch is on the backing device (with a backlog of thousands of epochs
+// over a spindle that was minutes: bench/run ordered, dbench at 128
+// clients). Broken on purpose to see this fail: RouteWrite entering the
+// gate without room_ok (the write returns only once the backlog is gone).
+TEST_CASE("flush order: a write turned away for space waits for room and not for the whole backlog") {
+  EpochRig rig(WritebackOrder::kFlush);
+  std::mt19937_64 rng(41);
+  CacheKnobs& k = rig.set->knobs();
+  k.writeback_running = false;
+  for (int i = 0; i < 1200; i++) {  // 1200 epochs of one 4 KiB version each
+    rig.Write(rng() % kBlocks, false);
+    rig.Flush();
+  }
+  const uint64_t backlog = rig.dev->dirty_epochs();
+  const unsigned in_use = rig.set->in_use_percent();
+  INFO("backlog " << backlog << " epochs, " << in_use << "% in use");
+  REQUIRE(backlog >= 1000);
+  REQUIRE(in_use >= 8);
+  // Writeback passes slow enough to see where the wait ends.
+  FaultConfig slow;
+  slow.latency_us = 1000;
+  rig.cache->SetConfig(slow);
+  k.cutoff_writeback_sync = in_use - 4;
+  k.cutoff_writeback = in_use - 4;
+  rig.Write(7, false);  // turned away: waits (writeback runs for it) until there is room
+  const uint64_t left = rig.dev->dirty_epochs();
+  UNSCOPED_INFO(left << " of " << backlog << " epochs still dirty when the write went into the cache");
+  CHECK(rig.dev->ordered_waits() == 1);
+  CHECK(rig.dev->ordered_room_retries() == 1);
+  CHECK(left >= backlog / 4);
+  rig.cache->SetConfig(FaultConfig{});
+  k.cutoff_writeback_sync = 70;
+  k.cutoff_writeback = 40;
+  k.writeback_running = true;
+  rig.Run(rng, 300);
+  rig.CheckFinal();
+  INFO(rig.history.first_violation());
+  CHECK(rig.history.violations() == 0);
+}
+
 // Rule 14, the other road: writearound (and none) after a switch from
 // writeback send every write to the backing device while the dirty epochs
 // from before the switch are still being written back. Its epochs end at
