@@ -1123,7 +1123,8 @@ def r_ordered(d, plots):
                 ou = p.get("ordered_wait_us")
                 dz = p.get("discards_and_zeroes")
                 r += [f1(p["mb_s"]), f0(p["max_latency_ms"]) + (f" ({f0(op)})" if op is not None else ""),
-                      str(p["ordered_waits"]) + (f" ({f1(ou / 1e6)})" if ou is not None else ""),
+                      str(p["ordered_waits"]) + (f" ({f1(ou / 1e6)})" if ou is not None else "")
+                      + (f", {p['ordered_room_retries']} into the cache" if p.get("ordered_room_retries") else ""),
                       "—" if dz is None else str(dz), f0(p["dirty_after"] / mib)]
             rws.append(r)
         out += [f"dbench 4 (client.txt) on ext4 ({dd['fs_size']}) over ubcache in writeback ({dd['cache_size']} "
@@ -1131,8 +1132,9 @@ def r_ordered(d, plots):
                 "order on a fresh format and mkfs. Max latency is dbench's (the worst of its per-second "
                 "intervals); in brackets the slowest single operation of its table, which can be far longer "
                 "(one that outlasted the run holds up dbench's cleanup). Ordered waits: client writes and "
-                "discards that went to the backing device only after every older epoch was written back, with "
-                "the seconds they waited in all.", ""] + table(head, rws)
+                "discards that waited for writeback — to go to the backing device after every older epoch, or, "
+                "turned away for space, into the cache once it had room again (how many: 'into the cache') — "
+                "with the seconds they waited in all.", ""] + table(head, rws)
         for q in dorders:
             u = by[q]
             peak = max(u.values(), key=lambda p: p["mb_s"])

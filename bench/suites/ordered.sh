@@ -68,7 +68,7 @@ n=0 total=$(( $(wc -w <<<"$orders") * 2 + $(wc -w <<<"$dorders") * $(wc -w <<<"$
 
 # sample: one line of JSON, the time and the attributes the suite follows,
 # from one `ctl --json show` (cheaper than a ctl per attribute).
-KEYS='dirty_data|writeback_lag_seconds|dirty_epochs|ordered_waits|ordered_wait_us|cutoff_writethroughs|writeback_written|writeback_rate|requests/write|requests/flush|request_bytes/write|cache_available_percent|free_buckets'
+KEYS='dirty_data|writeback_lag_seconds|dirty_epochs|ordered_waits|ordered_wait_us|ordered_room_retries|cutoff_writethroughs|writeback_written|writeback_rate|requests/write|requests/flush|request_bytes/write|cache_available_percent|free_buckets'
 sample() {
   local j t
   t=$(date +%s.%N)
@@ -162,7 +162,7 @@ for order in $dorders; do
     bench_progress "$order: dbench $c client(s), $dsecs s, ext4 over writeback ($n/$total)"
     rm -rf "$MNT/clients"
     out=$SUITE_DIR/dbench-$order-$c.txt
-    ow0=$(ctl get ordered_waits) ou0=$(ctl get ordered_wait_us) cw0=$(ctl get cutoff_writethroughs)
+    ow0=$(ctl get ordered_waits) ou0=$(ctl get ordered_wait_us) cw0=$(ctl get cutoff_writethroughs) rr0=$(ctl get ordered_room_retries)
     dz0=$(( $(ctl get requests/discard) + $(ctl get requests/write_zeroes) ))
     dbench -D "$MNT" -t "$dsecs" -c /usr/share/dbench/client.txt "$c" >"$out" 2>&1 ||
       { echo "ordered: dbench $c in $order order failed: $(tail -n 3 "$out")" >&2; exit 1; }
@@ -172,11 +172,11 @@ for order in $dorders; do
     # The slowest operation of dbench's table (ms; its max_latency is per
     # interval), and what the daemon counted meanwhile.
     opmax=$(awk '/^ Operation/ { t = 1; next } t && NF == 4 && $4 + 0 > m { m = $4 + 0 } END { print m + 0 }' "$out")
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$order" "$c" "$mbs" "${lat:-}" "$(ctl get dirty_data)" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$order" "$c" "$mbs" "${lat:-}" "$(ctl get dirty_data)" \
       "$(ctl get writeback_lag_seconds)" "$(( $(ctl get ordered_waits) - ow0 ))" \
       "$(( $(ctl get cutoff_writethroughs) - cw0 ))" "$(( $(ctl get ordered_wait_us) - ou0 ))" \
       "$(( $(ctl get requests/discard) + $(ctl get requests/write_zeroes) - dz0 ))" "$opmax" \
-      "$(ctl get cache_available_percent)" >>"$SUITE_DIR/dbench.tsv"
+      "$(ctl get cache_available_percent)" "$(( $(ctl get ordered_room_retries) - rr0 ))" >>"$SUITE_DIR/dbench.tsv"
     echo "ordered: dbench $order $c clients: $mbs MB/s, max latency ${lat:-?} ms"
   done
   rm -rf "$MNT/clients"
@@ -268,6 +268,7 @@ for order in orders:
         "cutoff_writeback_sync": s0.get("cutoff_writeback_sync"), "cutoff_reached_s": t_cut,
         "lag_target_s": s0.get("writeback_lag_target"),
         "ordered_waits": delta("ordered_waits"), "ordered_wait_us": delta("ordered_wait_us"),
+        "ordered_room_retries": delta("ordered_room_retries"),
         "cutoff_writethroughs": delta("cutoff_writethroughs"), "writeback_written": delta("writeback_written"),
         "client_writes": delta("requests/write"), "client_flushes": delta("requests/flush"),
         "flush": {"dirty_start": fl0, "dirty_end": fl1, "seconds": fsecs, "completed": bool(ph["flush_completed"]),
@@ -282,12 +283,13 @@ db = {}
 tsv = os.path.join(d, "dbench.tsv")
 if os.path.exists(tsv):
     for line in open(tsv):
-        o, c, mbs, lat, dirty, lag, ow, cw, ou, dz, opmax, avail = line.rstrip("\n").split("\t")
+        o, c, mbs, lat, dirty, lag, ow, cw, ou, dz, opmax, avail, *rr = line.rstrip("\n").split("\t")
         db.setdefault(o, []).append({"clients": int(c), "mb_s": float(mbs), "max_latency_ms": float(lat) if lat else None,
                                      "dirty_after": int(dirty), "lag_after_s": float(lag), "ordered_waits": int(ow),
                                      "cutoff_writethroughs": int(cw), "ordered_wait_us": int(ou),
                                      "discards_and_zeroes": int(dz), "op_max_latency_ms": float(opmax),
-                                     "cache_available_percent_after": int(avail)})
+                                     "cache_available_percent_after": int(avail),
+                                     "ordered_room_retries": int(rr[0]) if rr else None})
 out["dbench"] = {"seconds": int(dsecs), "cache_size": dcache, "fs_size": dfs, "orders": db}
 json.dump(out, open(os.path.join(d, "result.json"), "w"), indent=1)
 PY
