@@ -657,7 +657,8 @@ void Writeback::Loop() {
   }
 }
 
-Status Writeback::Drain(const std::function<void(const std::string&)>& progress) {
+Status Writeback::Drain(const std::function<void(const std::string&)>& progress,
+                        const std::function<bool()>& cancelled) {
   draining_++;
   Kick();
   // The rate in the progress line is the average since the flush began:
@@ -683,6 +684,14 @@ Status Writeback::Drain(const std::function<void(const std::string&)>& progress)
     progress("flush " + d_.spec + ": " + FormatSize(dirty) + " dirty left, " +
              FormatSize(static_cast<uint64_t>(rate)) + "/s written back");
     if (clean) break;
+    if (cancelled && cancelled()) {
+      result = Status::Shutdown("flush: cancelled with " + FormatSize(dirty) +
+                                " dirty left (the client went away, or the daemon stops)");
+      UB_INFO("flush {}: cancelled with {} dirty left (the client went away, or the daemon stops); writeback "
+              "goes on at its usual pace",
+              d_.spec, FormatSize(dirty));
+      break;
+    }
     Kick();
     std::this_thread::sleep_for(std::chrono::milliseconds(dirty == 0 ? 50 : 1000));
     std::lock_guard<std::mutex> l(mu_);

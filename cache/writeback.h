@@ -146,7 +146,10 @@ class Writeback {
   // ctl flush: writes everything back at full speed (even while
   // writeback_running is 0) until nothing is dirty and the backing
   // superblock says clean; `progress` gets a line about once a second.
-  Status Drain(const std::function<void(const std::string&)>& progress);
+  // Stops early (the dirty data is written back at the usual pace) once
+  // `cancelled` says so: the client went away, or the daemon stops.
+  Status Drain(const std::function<void(const std::string&)>& progress,
+               const std::function<bool()>& cancelled = nullptr);
 
   struct RateDebug {
     uint64_t rate, dirty, target;

@@ -72,6 +72,9 @@ struct ControlServer::Conn {
   bool http = false;
   bool closing = false;  // close once `out` is written
   bool waiting = false;  // a long command runs on the worker; later lines wait
+  // Dropped by the control thread (the client went away): the long command
+  // it waits for, read by the worker, may give up.
+  std::atomic<bool> gone{false};
   LineReader lines;
   std::string head;  // http
   std::string out;
@@ -198,6 +201,9 @@ void ControlServer::Record(uint64_t wall0, const std::string& what) {
 }
 
 void ControlServer::Stop() {
+  // A `ctl flush` running on the worker stops within a second instead of
+  // draining everything first (the daemon's own shutdown flushes what it must).
+  stopping_.store(true);
   if (thread_.joinable()) {
     uint64_t one = 1;
     ssize_t n = write(stop_fd_, &one, sizeof one);
@@ -310,13 +316,16 @@ void ControlServer::WorkerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    Result<std::string> body = controller_.Execute(job->request, [&](const std::string& p) {
-      {
-        MutexLock l(&work_mu_);
-        job->frames += EncodeFrame(FrameKind::kProgress, p);
-      }
-      wake();
-    });
+    Result<std::string> body = controller_.Execute(
+        job->request,
+        [&](const std::string& p) {
+          {
+            MutexLock l(&work_mu_);
+            job->frames += EncodeFrame(FrameKind::kProgress, p);
+          }
+          wake();
+        },
+        [&] { return stopping_.load() || job->conn->gone.load(); });
     {
       MutexLock l(&work_mu_);
       job->frames += ReplyFrame(body);
@@ -483,7 +492,10 @@ void ControlServer::Loop() {
       done[i] = !Flush(*c) || (re & POLLERR) || (c->closing && c->out.empty() && !c->waiting);
     }
     for (size_t i = n; i-- > 0;)
-      if (done[i]) conns_.erase(conns_.begin() + static_cast<long>(i));
+      if (done[i]) {
+        conns_[i]->gone.store(true);
+        conns_.erase(conns_.begin() + static_cast<long>(i));
+      }
     if (fds[2].revents & POLLIN) Accept(unix_fd_, false);
     if (fds[3].revents & POLLIN) Accept(http_fd_, true);
   }

@@ -109,6 +109,8 @@ class ControlServer {
   CondVar work_cv_;
   std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(work_mu_);
   bool work_stop_ GUARDED_BY(work_mu_) = false;
+  // Stop began: the command the worker runs gives up (a drain stops early).
+  std::atomic<bool> stopping_{false};
   std::thread worker_;
 };
 

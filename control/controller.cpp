@@ -68,13 +68,13 @@ std::string Controller::Show(const Target& t, bool json, std::optional<Group> on
 
 std::string Controller::Metrics() const { return RenderMetrics(targets_); }
 
-Result<std::string> Controller::Flush(const Target& t, const Progress& progress) {
+Result<std::string> Controller::Flush(const Target& t, const Progress& progress, const Cancelled& cancelled) {
   // bcache's writeback drain, then a flush of both devices: everything the
   // client wrote is on the backing device's media when this returns.
   uint64_t t0 = NowNanos();
   uint64_t before = t.device->dirty_bytes();
   if (Writeback* wb = t.device->writeback()) {
-    Status st = wb->Drain(progress);
+    Status st = wb->Drain(progress, cancelled);
     if (!st.ok()) return Status::IoError("flush " + t.name + ": " + st.message());
   } else {
     progress("flush " + t.name + ": " + FormatSize(0) + " dirty left, " + FormatSize(0) + "/s");
@@ -87,9 +87,9 @@ Result<std::string> Controller::Flush(const Target& t, const Progress& progress)
          " dirty, " + elapsed;
 }
 
-Result<std::string> Controller::Detach(const Target& t, const Progress& progress) {
+Result<std::string> Controller::Detach(const Target& t, const Progress& progress, const Cancelled& cancelled) {
   if (!t.device->attached()) return Status::InvalidArgument(t.name + " is already detached");
-  UB_ASSIGN_OR_RETURN(std::string flushed, Flush(t, progress));
+  UB_ASSIGN_OR_RETURN(std::string flushed, Flush(t, progress, cancelled));
   progress(flushed);
   UB_RETURN_IF_ERROR(t.device->Detach());
   std::string sb_note = "not formatted, no superblock to update";
@@ -136,7 +136,7 @@ bool Controller::RunsLong(const Request& r) {
          r.command == "trigger-gc" || r.command == "resize";
 }
 
-Result<std::string> Controller::Execute(const Request& r, const Progress& progress) {
+Result<std::string> Controller::Execute(const Request& r, const Progress& progress, const Cancelled& cancelled) {
   if (r.command == "metrics") return Metrics();
   if (r.command == "devices") {
     std::string out;
@@ -248,11 +248,11 @@ Result<std::string> Controller::Execute(const Request& r, const Progress& progre
                              FormatSize(t.set->moving_gc_bytes() - moved_before) + " out of fragmented buckets");
   }
   if (r.command == "flush") {
-    UB_ASSIGN_OR_RETURN(std::string s, Flush(t, progress));
+    UB_ASSIGN_OR_RETURN(std::string s, Flush(t, progress, cancelled));
     return Message(json, s);
   }
   if (r.command == "detach") {
-    UB_ASSIGN_OR_RETURN(std::string s, Detach(t, progress));
+    UB_ASSIGN_OR_RETURN(std::string s, Detach(t, progress, cancelled));
     return Message(json, s);
   }
   if (r.command == "resize") {

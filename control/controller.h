@@ -32,8 +32,11 @@ class Controller {
 
   // The body of the ok reply, or the error to send. `progress` receives
   // progress lines of long commands (flush, detach).
+  // `cancelled` says when nobody waits for the answer any more (the client
+  // went away, the daemon stops): a drain stops early.
   using Progress = std::function<void(const std::string&)>;
-  Result<std::string> Execute(const Request& r, const Progress& progress);
+  using Cancelled = std::function<bool()>;
+  Result<std::string> Execute(const Request& r, const Progress& progress, const Cancelled& cancelled = nullptr);
   // Commands that change state or may take long: the control server runs
   // them on its worker thread, one at a time, so that they never delay a
   // statistics read.
@@ -44,8 +47,8 @@ class Controller {
  private:
   Result<const Target*> Find(const std::string& device) const;
   std::string Show(const Target& t, bool json, std::optional<Group> only) const;
-  Result<std::string> Flush(const Target& t, const Progress& progress);
-  Result<std::string> Detach(const Target& t, const Progress& progress);
+  Result<std::string> Flush(const Target& t, const Progress& progress, const Cancelled& cancelled);
+  Result<std::string> Detach(const Target& t, const Progress& progress, const Cancelled& cancelled);
   Result<std::string> Attach(const Target& t, const std::string& cache);
 
   std::vector<Target> targets_;

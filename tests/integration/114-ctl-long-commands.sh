@@ -15,7 +15,13 @@
 #    `get cache_mode` likewise;
 #  - a client that sends `flush` and hangs up at once costs nothing: the
 #    control thread does not spin while the flush runs, and the daemon
-#    answers the next client.
+#    answers the next client;
+#  - in writeback, with 60 epochs dirty (each a backing write and flush of
+#    0.25 s or more to write back) and writeback_running 0: a `ctl flush`
+#    killed after 3 s stops draining (the daemon logs it; dirty data stays
+#    put, where it went on to drain it all before), and SIGTERM during a
+#    `ctl flush` ends the daemon within 10 s (it waited for the whole
+#    drain: 273 s in a repro).
 # ctest: label sanitized
 source "$(dirname "$0")/lib.sh"
 
@@ -114,3 +120,35 @@ log "control thread: $((c1 - c0)) ticks of CPU in the second after a client hung
 [[ $(ctl get size) == "$SIZE" ]] || fail "ctl get size after the hangup: $(ctl get size), want $SIZE"
 server_alive "after a client hung up during a flush"
 stop_server
+
+# ---- a drain nobody waits for stops ----
+# A slower backing device than above would make each epoch's pass outlast
+# the checks: 0.25 s per I/O, 60 epochs (a pass each: its writes, then a
+# backing flush), so a drain takes 30 s or more.
+start_server --cache "$CACHE" --backing "fault,latency_us=250000:$BACKING" --nbd "unix:$SOCK" \
+  --control "$CTL_SOCK" --cache-mode writeback --set writeback_running=0
+args=()
+for ((i = 0; i < 60; i++)); do args+=(-c "write -P $((i + 1)) $((i * 1048576 % (48 << 20))) 4k" -c flush); done
+qemu-io -f raw "nbd+unix:///?socket=$SOCK" "${args[@]}" >"$WORK/qemu-io.out" 2>&1 ||
+  fail "qemu-io writes: $(tail -n 3 "$WORK/qemu-io.out")"
+d0=$(ctl get dirty_data)
+rc=0
+timeout 3 "$UBCACHE" ctl --control "$CTL_SOCK" flush >"$WORK/flush2.out" 2>&1 || rc=$?
+((rc == 124)) || fail "ctl flush of 60 slow epochs ended within 3 s (rc $rc): $(tail -n 2 "$WORK/flush2.out")"
+for ((i = 0; i < 100; i++)); do grep -q "flush .*cancelled" "$SERVER_LOG" && break; sleep 0.1; done
+grep -q "flush .*cancelled" "$SERVER_LOG" || fail "no 'flush … cancelled' in the server log 10 s after the flush's client was killed"
+sleep 2  # the pass in flight ends
+d1=$(ctl get dirty_data)
+sleep 3  # several epochs' worth of writeback
+d2=$(ctl get dirty_data)
+log "dirty_data $d0 before the flush, $d1 once its client was killed, $d2 3 s later"
+((d1 > 0)) || fail "the killed flush drained everything anyway"
+((d2 == d1)) || fail "writeback went on draining after the flush's client was killed ($d1 -> $d2 bytes dirty; writeback_running 0)"
+ctl flush >"$WORK/flush3.out" 2>&1 &
+FLUSH=$!
+sleep 2
+t0=$SECONDS
+STOP_TIMEOUT=10 stop_server
+log "SIGTERM during a ctl flush: the daemon exited in $((SECONDS - t0)) s"
+wait $FLUSH && fail "the ctl flush interrupted by SIGTERM reported success: $(cat "$WORK/flush3.out")"
+true
