@@ -1012,12 +1012,13 @@ Status ExtentIndex::Commit(bool soft) {
   std::vector<std::vector<uint8_t>> taken(n);
   std::vector<uint32_t> ops(n, 0);
   std::vector<char> provisional(n, 0);
-  uint64_t nops = 0;
+  uint64_t nops = 0, epoch_state = 4;
   bool any_provisional = false;
   Status sticky;
   for (size_t i = 0; i < n; i++) {
     Shard* sh = shards_[i].get();
     MutexLock l(&sh->mu);
+    epoch_state += EpochStateBytesLocked(sh);
     if (!sh->error.ok() && sticky.ok()) sticky = sh->error;
     sh->error = Status::OK();
     taken[i].swap(sh->journal);
@@ -1028,6 +1029,7 @@ Status ExtentIndex::Commit(bool soft) {
     sh->journal_provisional = false;
     nops += ops[i];
   }
+  NoteEpochState(epoch_state);
   if (nops == 0) {
     // Soft entries before this one become durable only with a flush.
     if (!soft) {
@@ -1105,6 +1107,7 @@ Result<IndexRoot> ExtentIndex::Checkpoint(const PersistStateFn& persist) {
     EvictLocked(sh);
   }
   state.dirty.insert(state.dirty.end(), epochs.begin(), epochs.end());
+  if (st.ok()) NoteEpochState(epochs.size());
   root.journal_seq = journal_seq_;
   root.generation = generation_ + 1;
   state.superseded = release;

@@ -291,6 +291,18 @@ class ExtentIndex {
   Result<IndexRoot> Checkpoint(const PersistRootFn& persist = nullptr);
   Result<IndexRoot> Checkpoint(const PersistStateFn& persist);
 
+  // The epoch section of the checkpoint's dirty state (every shard's
+  // (dev, epoch, stripe) byte counts and kept versions), in bytes, as of the
+  // last Commit or Checkpoint. It grows with the dirty epochs and the kept
+  // versions and must fit the journal half a checkpoint writes it into, so
+  // the cache stops taking dirty writes while it is past
+  // `SetEpochStateBudget` (epoch_state_full; DirtyWriteEngine::Accepts).
+  uint64_t epoch_state_bytes() const { return epoch_state_bytes_.load(std::memory_order_relaxed); }
+  void SetEpochStateBudget(uint64_t bytes) { epoch_state_budget_.store(bytes, std::memory_order_relaxed); }
+  bool epoch_state_full() const {
+    return epoch_state_bytes_.load(std::memory_order_relaxed) > epoch_state_budget_.load(std::memory_order_relaxed);
+  }
+
   // Calls fn for every extent, a batch at a time (bounded memory, no lock
   // held while fn runs, so fn may call back into the index). Order: shard by
   // shard, by key within a shard. Concurrent changes may or may not be seen.
@@ -377,6 +389,10 @@ class ExtentIndex {
   // extent_index_epochs.cpp); without one (a checkpoint from before epochs)
   // every dirty byte is epoch 0.
   void EncodeEpochsLocked(Shard* sh, std::vector<uint8_t>* out) REQUIRES(sh->mu);
+  // What EncodeEpochsLocked would add for this shard.
+  static uint64_t EpochStateBytesLocked(Shard* sh) REQUIRES(sh->mu);
+  // Stores the sum, and says so in the log when it crosses the budget.
+  void NoteEpochState(uint64_t bytes);
   Status DecodeEpochs(const std::vector<uint8_t>& blob, size_t pos);
   enum class Change { kClean, kRemove, kMove, kMoveProvisional };
   // An unconfirmed entry's ops as replay may apply them: false when they
@@ -438,6 +454,9 @@ class ExtentIndex {
   std::unique_ptr<std::atomic<uint64_t>[]> chunk_seq_;  // last mutation per chunk slot
   std::unique_ptr<std::atomic<uint32_t>[]> chunk_writes_;  // backing writes in flight per chunk slot
   std::atomic<uint64_t> journal_bytes_{0};
+  std::atomic<uint64_t> epoch_state_bytes_{0};
+  std::atomic<uint64_t> epoch_state_budget_{~uint64_t{0}};
+  std::atomic<uint64_t> epoch_state_logged_ns_{0};
   std::atomic<uint64_t> written_seq_{0};
   std::atomic<uint64_t> last_provisional_seq_{0};
   uint64_t run_first_seq_ = 1;  // set by Open, before any other thread sees the index

@@ -5,7 +5,9 @@
 #include <set>
 
 #include "btree/extent_index.h"
+#include "util/clock.h"
 #include "util/endian.h"
+#include "util/log.h"
 
 namespace ubcache {
 
@@ -251,6 +253,22 @@ void ExtentIndex::ForEachKept(const std::function<void(const Extent&)>& fn) {
 
 namespace {
 constexpr size_t kEpochEntry = 28, kKeptEntry = 37;
+}
+
+uint64_t ExtentIndex::EpochStateBytesLocked(Shard* sh) {
+  return 8 + kEpochEntry * sh->epoch_stripes.size() + kKeptEntry * sh->kept.size();
+}
+
+void ExtentIndex::NoteEpochState(uint64_t bytes) {
+  const uint64_t budget = epoch_state_budget_.load(std::memory_order_relaxed);
+  const uint64_t before = epoch_state_bytes_.exchange(bytes, std::memory_order_relaxed);
+  if (bytes <= budget || before > budget) return;
+  uint64_t now = NowNanos(), last = epoch_state_logged_ns_.load(std::memory_order_relaxed);
+  if (now - last < 10'000'000'000 || !epoch_state_logged_ns_.compare_exchange_strong(last, now)) return;
+  UB_WARN("cache index: the write epochs' state ({} bytes: dirty epochs x stripes, kept versions) is past its "
+          "budget ({} bytes, half of a journal half): dirty writes wait for writeback (flush order) or go "
+          "through (lba) until writeback has retired epochs",
+          bytes, budget);
 }
 
 void ExtentIndex::EncodeEpochsLocked(Shard* sh, std::vector<uint8_t>* out) {

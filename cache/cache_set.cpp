@@ -95,6 +95,10 @@ Result<std::unique_ptr<CacheSet>> CacheSet::Open(BlockDevice* cache_dev, const C
   set->startup_.bytes_read = set->disk_store_->counters().bytes_read.load();
   auto ist = set->index_->stats();
   set->startup_.node_reads = ist.node_reads;
+  // A checkpoint writes the bucket table, the epochs' state inside it, into
+  // a journal half (WriteCheckpoint): that state may take half of it, the
+  // rest of the table (buckets, nodes, dirty stripes) and slack the other.
+  set->index_->SetEpochStateBudget(set->jhalf_ / 2);
   set->StartThreads();
   const auto& bo = set->buckets_->options();
   UB_INFO("cache set {} on {}: {} buckets of {}, {} start: {} extents, read {} bytes ({}: {} node "

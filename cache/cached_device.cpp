@@ -103,7 +103,8 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
       const CacheKnobs& k = set_->knobs();
       return attached() && !fenced() && !set_->failed() &&
              k.cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback &&
-             set_->in_use_percent() <= k.cutoff_writeback_sync.load(std::memory_order_relaxed);
+             set_->in_use_percent() <= k.cutoff_writeback_sync.load(std::memory_order_relaxed) &&
+             !set_->index().epoch_state_full();
     });
     writeback_->Start();
     can_writeback_ = true;

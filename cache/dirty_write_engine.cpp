@@ -34,6 +34,10 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
   unsigned in_use = c_.set->in_use_percent();
   if (in_use > k.cutoff_writeback_sync.load(std::memory_order_relaxed))
     return WriteThroughAtCutoff(wb);
+  // The dirty epochs' state must fit the checkpoint (ExtentIndex::
+  // epoch_state_full): past its budget no dirty write is taken, as past the
+  // sync cutoff; in flush order it waits for writeback to retire epochs.
+  if (c_.set->index().epoch_state_full()) return WriteThroughAtCutoff(wb);
   // A write over dirty data never bypasses: the dirty copy would otherwise
   // be the newer one in the index while the backing device got the write.
   if (overlaps_dirty) return true;

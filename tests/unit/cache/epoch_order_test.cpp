@@ -589,6 +589,38 @@ TEST_CASE("flush order: a write turned away for space waits for room and not for
   CHECK(rig.history.violations() == 0);
 }
 
+// The dirty epochs' state (epoch x stripe counts, kept versions) goes into
+// every checkpoint's bucket table, inside a journal half: past half of that
+// (ExtentIndex::epoch_state_full) the cache takes no dirty write, which in
+// flush order waits for writeback to retire epochs and then goes into the
+// cache. Here a 512 KiB journal (budget 128 KiB) and 5000 epochs of one
+// 4 KiB write each over a hot set, so most keep a version (~65 bytes of
+// state each). Broken on purpose to see this fail: no budget
+// (CacheSet::Open's SetEpochStateBudget removed) — the checkpoint no longer
+// fits ("bucket table ... does not fit half of the journal area") and
+// writes fail with it (bench/run ordered: fio got ENOSPC after 10 min).
+TEST_CASE("flush order: the epochs' state stays within its checkpoint budget and writes wait instead") {
+  EpochRig rig(WritebackOrder::kFlush);
+  std::mt19937_64 rng(51);
+  CacheKnobs& k = rig.set->knobs();
+  k.writeback_running = false;
+  uint64_t max_state = 0;
+  for (int i = 0; i < 5000; i++) {
+    rig.Write(rng() % kBlocks, false);  // REQUIREs success
+    rig.Flush();
+    max_state = std::max(max_state, rig.set->index().epoch_state_bytes());
+  }
+  UNSCOPED_INFO("epoch state at most " << max_state << " bytes; " << rig.dev->ordered_waits() << " waits, "
+                                       << rig.dev->ordered_room_retries() << " into the cache after all");
+  CHECK(rig.dev->ordered_room_retries() > 0);  // the budget was reached, and writes went on in the cache
+  CHECK(max_state <= 160 * 1024);              // the budget (128 KiB) and what one commit's writes add
+  CHECK(rig.set->Checkpoint().ok());
+  k.writeback_running = true;
+  rig.CheckFinal();
+  INFO(rig.history.first_violation());
+  CHECK(rig.history.violations() == 0);
+}
+
 // Rule 14, the other road: writearound (and none) after a switch from
 // writeback send every write to the backing device while the dirty epochs
 // from before the switch are still being written back. Its epochs end at
