@@ -31,7 +31,9 @@
 #
 # The targets run in a fixed order, and the whole order is repeated: A B C …
 # A B C … (--quick: once, writeback only untuned, tuned and shipped).
-# Environment TUNE_SECONDS, TUNE_REPEAT, TUNE_FILESET, TUNE_CONFIGS override.
+# Environment TUNE_SECONDS, TUNE_REPEAT, TUNE_FILESET, TUNE_CONFIGS override;
+# TUNE_SERVE_ARGS adds serve flags to every ubcache config (an experiment:
+# e.g. `--set writeback_lag_target=0`).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
@@ -75,7 +77,8 @@ up() {
       [[ ${1%%:*} == wb ]] && mode=writeback
       "$UBCACHE" format --cache "$CACHE" --backing "$BACKING" --force >"$SUITE_DIR/format.log" 2>&1
       # shellcheck disable=SC2086  # KNOBS holds flags
-      serve_up "$SUITE_DIR/server.log" --cache "$CACHE" --backing "sas:$BACKING" --cache-mode "$mode" ${KNOBS[${1#*:}]}
+      serve_up "$SUITE_DIR/server.log" --cache "$CACHE" --backing "sas:$BACKING" --cache-mode "$mode" ${KNOBS[${1#*:}]} \
+        ${TUNE_SERVE_ARGS:-}
       fs_up_export ;;
   esac
   fs_mkfs "$SUITE_DIR/mkfs.log"
