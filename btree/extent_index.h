@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -347,6 +348,12 @@ class ExtentIndex {
     // dirty_stripes (address-order writeback does not write them).
     std::map<std::tuple<uint32_t, uint64_t, uint64_t>, uint64_t> epoch_stripes GUARDED_BY(mu);
     std::map<std::tuple<uint32_t, uint64_t, uint64_t>, Extent> kept GUARDED_BY(mu);
+    // The same kept versions by (dev, start, epoch), and the longest one
+    // ever kept: every write asks whether its range overlaps one
+    // (InvalidateClean), which by `kept`'s order meant visiting all of the
+    // device's — 0.7x the IOPS of lba order under sysbench at 48 threads.
+    std::set<std::tuple<uint32_t, uint64_t, uint64_t>> kept_by_addr GUARDED_BY(mu);
+    uint64_t kept_max_len GUARDED_BY(mu) = 0;
   };
   class ShardLocks;
   static constexpr uint32_t kEpochsMagic = 0x4b454255;  // "UBEK": the checkpoint's epoch section
@@ -370,6 +377,12 @@ class ExtentIndex {
   void AccountKeptLocked(Shard* sh, const Extent& e, int64_t sign) REQUIRES(sh->mu);
   // Counts e in before anything is counted out (rule 15, extent_index_epochs.cpp).
   void KeepLocked(Shard* sh, const Extent& e, bool journal) REQUIRES(sh->mu);
+  // `kept` and `kept_by_addr` change together, only here.
+  static void KeptAddLocked(Shard* sh, const Extent& k) REQUIRES(sh->mu);
+  static void KeptEraseLocked(Shard* sh, const Extent& k) REQUIRES(sh->mu);
+  // The kept versions of dev overlapping [start, end), in address order.
+  static std::vector<Extent> KeptOverlappingLocked(Shard* sh, uint32_t dev, uint64_t start, uint64_t end)
+      REQUIRES(sh->mu);
   void JournalKeepLocked(Shard* sh, const Extent& k) REQUIRES(sh->mu);
   // A dirty piece an insert of `piece` removed that stays kept: an older epoch's.
   static bool Replaced(const Extent& r, const Extent& piece);

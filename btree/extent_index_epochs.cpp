@@ -37,15 +37,38 @@ Extent Clip(const Extent& x, uint64_t start, uint64_t end) {
 // kept version is stale: writeback can never write it, its epoch never
 // drains, and nothing dirty of a later epoch is ever cleaned.
 
+void ExtentIndex::KeptAddLocked(Shard* sh, const Extent& k) {
+  sh->kept[KeptKey(k)] = k;
+  sh->kept_by_addr.insert({k.dev, k.start, k.epoch});
+  sh->kept_max_len = std::max(sh->kept_max_len, k.len);
+}
+
+void ExtentIndex::KeptEraseLocked(Shard* sh, const Extent& k) {
+  sh->kept.erase(KeptKey(k));
+  sh->kept_by_addr.erase({k.dev, k.start, k.epoch});
+}
+
+std::vector<Extent> ExtentIndex::KeptOverlappingLocked(Shard* sh, uint32_t dev, uint64_t start, uint64_t end) {
+  std::vector<Extent> out;
+  if (sh->kept.empty() || end <= start) return out;
+  // One that overlaps starts after start - kept_max_len.
+  uint64_t from = start > sh->kept_max_len ? start - sh->kept_max_len + 1 : 0;
+  for (auto it = sh->kept_by_addr.lower_bound({dev, from, 0});
+       it != sh->kept_by_addr.end() && std::get<0>(*it) == dev && std::get<1>(*it) < end; ++it) {
+    const Extent& x = sh->kept.at({dev, std::get<2>(*it), std::get<1>(*it)});
+    if (Overlaps(x, start, end)) out.push_back(x);
+  }
+  return out;
+}
+
 void ExtentIndex::KeepLocked(Shard* sh, const Extent& e, bool journal) {
   Extent k = e;
   k.dirty = true;
   AccountKeptLocked(sh, k, 1);  // first (rule 15)
-  auto [it, fresh] = sh->kept.try_emplace(KeptKey(k), k);
-  if (!fresh) {  // replay of a keep over one it already holds: replaced
+  auto it = sh->kept.find(KeptKey(k));
+  if (it != sh->kept.end())  // replay of a keep over one it already holds: replaced
     AccountKeptLocked(sh, it->second, -1);
-    it->second = k;
-  }
+  KeptAddLocked(sh, k);
   if (journal) JournalKeepLocked(sh, k);
 }
 
@@ -72,19 +95,14 @@ void ExtentIndex::JournalReplacedLocked(Shard* sh, const std::vector<Extent>& re
 }
 
 bool ExtentIndex::KeptOverlapsLocked(Shard* sh, uint32_t dev, uint64_t start, uint64_t end) {
-  if (sh->kept.empty()) return false;
-  for (auto it = sh->kept.lower_bound({dev, 0, 0}); it != sh->kept.end() && std::get<0>(it->first) == dev; ++it)
-    if (Overlaps(it->second, start, end)) return true;
-  return false;
+  return !KeptOverlappingLocked(sh, dev, start, end).empty();
 }
 
 void ExtentIndex::DropKeptLocked(Shard* sh, uint32_t dev, uint64_t start, uint64_t end, uint64_t* bytes) {
   if (sh->kept.empty()) return;
-  std::vector<Extent> hit;
-  for (auto it = sh->kept.lower_bound({dev, 0, 0}); it != sh->kept.end() && std::get<0>(it->first) == dev; ++it)
-    if (Overlaps(it->second, start, end)) hit.push_back(it->second);
+  std::vector<Extent> hit = KeptOverlappingLocked(sh, dev, start, end);
   for (const Extent& x : hit) {
-    sh->kept.erase(KeptKey(x));
+    KeptEraseLocked(sh, x);
     if (journaled_) {
       AppendUnkeepOp(&sh->journal, x.dev, x.epoch, x.start);
       sh->journal_ops++;
@@ -112,7 +130,7 @@ Status ExtentIndex::ApplyKeptOp(const JournalOp& op) {
   auto it = sh->kept.find(KeptKey(e));
   if (it != sh->kept.end()) {
     AccountKeptLocked(sh, it->second, -1);
-    sh->kept.erase(it);
+    KeptEraseLocked(sh, Extent(it->second));
   }
   return Status::OK();
 }
@@ -211,7 +229,7 @@ Status ExtentIndex::Unkeep(const Extent& p, uint64_t* dropped) {
       gone.push_back(x);
   }
   for (const Extent& x : gone) {
-    sh->kept.erase(KeptKey(x));
+    KeptEraseLocked(sh, x);
     AccountKeptLocked(sh, x, -1);
     if (journaled_) {
       AppendUnkeepOp(&sh->journal, x.dev, x.epoch, x.start);
@@ -330,7 +348,7 @@ Status ExtentIndex::DecodeEpochs(const std::vector<uint8_t>& blob, size_t pos) {
                .dirty = true,
                .epoch = LoadLE64(p + 29)};
       if (e.len == 0 || e.start % kIndexBlock || e.len % kIndexBlock) return bad();
-      sh->kept[KeptKey(e)] = e;
+      KeptAddLocked(sh, e);
       // Its bucket's bytes came with the dirty section; the device's total
       // counts only the tree's stripes there.
       sh->dirty_devs[e.dev] += e.len;
