@@ -137,7 +137,7 @@ timeout 3 "$UBCACHE" ctl --control "$CTL_SOCK" flush >"$WORK/flush2.out" 2>&1 ||
 ((rc == 124)) || fail "ctl flush of 60 slow epochs ended within 3 s (rc $rc): $(tail -n 2 "$WORK/flush2.out")"
 for ((i = 0; i < 100; i++)); do grep -q "flush .*cancelled" "$SERVER_LOG" && break; sleep 0.1; done
 grep -q "flush .*cancelled" "$SERVER_LOG" || fail "no 'flush … cancelled' in the server log 10 s after the flush's client was killed"
-sleep 2  # the pass in flight ends
+sleep 3  # the pass in flight ends (its writes, flush and a superblock record: ~1.5 s at 0.25 s per I/O)
 d1=$(ctl get dirty_data)
 sleep 3  # several epochs' worth of writeback
 d2=$(ctl get dirty_data)
