@@ -97,14 +97,12 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
       activity_.TurnedAway(NowNanos());
       writeback_->Kick();
     });
-    // Room for a write turned away for space: what DirtyWriteEngine::Accepts
-    // takes in flush order with dirty data (up to the sync cutoff).
+    // Room for a write turned away for space: the cache would take a dirty
+    // write again (DirtyWriteEngine::Full).
     ordered_.SetRoom([this] {
-      const CacheKnobs& k = set_->knobs();
       return attached() && !fenced() && !set_->failed() &&
-             k.cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback &&
-             set_->in_use_percent() <= k.cutoff_writeback_sync.load(std::memory_order_relaxed) &&
-             !set_->index().epoch_state_full();
+             set_->knobs().cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback &&
+             !dirty_write_.Full(set_->in_use_percent());
     });
     writeback_->Start();
     can_writeback_ = true;

@@ -32,12 +32,7 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
                                Writeback* wb) {
   CacheKnobs& k = c_.set->knobs();
   unsigned in_use = c_.set->in_use_percent();
-  if (in_use > k.cutoff_writeback_sync.load(std::memory_order_relaxed))
-    return WriteThroughAtCutoff(wb);
-  // The dirty epochs' state must fit the checkpoint (ExtentIndex::
-  // epoch_state_full): past its budget no dirty write is taken, as past the
-  // sync cutoff; in flush order it waits for writeback to retire epochs.
-  if (c_.set->index().epoch_state_full()) return WriteThroughAtCutoff(wb);
+  if (Full(in_use)) return WriteThroughAtCutoff(wb);
   // A write over dirty data never bypasses: the dirty copy would otherwise
   // be the newer one in the index while the backing device got the write.
   if (overlaps_dirty) return true;
@@ -59,6 +54,14 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
     return true;
   }
   return WriteThroughAtCutoff(wb);
+}
+
+bool DirtyWriteEngine::Full(unsigned in_use) const {
+  // The dirty epochs' state must fit the checkpoint (ExtentIndex::
+  // epoch_state_full): past its budget no dirty write is taken, as past the
+  // sync cutoff; in flush order it waits for writeback to retire epochs.
+  return in_use > c_.set->knobs().cutoff_writeback_sync.load(std::memory_order_relaxed) ||
+         c_.set->index().epoch_state_full();
 }
 
 bool DirtyWriteEngine::WriteThroughAtCutoff(Writeback* wb) {

@@ -50,6 +50,11 @@ class DirtyWriteEngine {
   // cutoff); `wb`: the device's writeback thread, kicked when the cutoffs
   // turn writes away.
   bool Accepts(const IoRequest& req, bool overlaps_dirty, bool bypass, Writeback* wb);
+  // The cache takes no dirty write at all: `in_use` (CacheSet::
+  // in_use_percent) past cutoff_writeback_sync, or the epochs' state past
+  // its checkpoint budget (Accepts' first test; the ordered gate's room
+  // test is its negation).
+  bool Full(unsigned in_use) const;
   // False when the cache cannot take it (no space): `done` is left with the
   // caller, which writes through instead.
   bool Write(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean, Writeback* wb);
