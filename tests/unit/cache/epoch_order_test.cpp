@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -332,8 +333,11 @@ struct EpochRig {
   std::unique_ptr<CachedDevice> dev;
   History history;
   WritebackOrder order;
+  // Knobs a test sets before the device starts: its writeback thread's
+  // first rate update runs at once and would overwrite a rate set later.
+  std::function<void(CacheKnobs&)> tune;
 
-  explicit EpochRig(WritebackOrder o) : order(o) {
+  explicit EpochRig(WritebackOrder o, std::function<void(CacheKnobs&)> t = {}) : order(o), tune(std::move(t)) {
     reactor = std::move(Reactor::Create().value());
     reactor->Bind();
     cache = std::make_unique<FaultDevice>("fault:cache", std::move(MemDevice::Create("mem:c", 32 << 20).value()),
@@ -378,6 +382,7 @@ struct EpochRig {
     k.writeback_rate_minimum = uint64_t{1} << 32;
     k.writeback_rate = uint64_t{1} << 32;
     k.writeback_delay = 0;
+    if (tune) tune(k);
     dev = std::make_unique<CachedDevice>("backing", set.get(), set->DeviceNumber(bsb->uuid, attached),
                                          backing.get(), super.get());
     REQUIRE(dev->can_writeback());
@@ -776,14 +781,15 @@ TEST_CASE("flush order: discards and write-zeroes never overtake older epochs (r
 // good; past twice the target writeback runs at full speed until the
 // oldest epoch is young again.
 TEST_CASE("flush order: writeback_lag_target bounds the lag when the rate controller would not") {
-  EpochRig rig(WritebackOrder::kFlush);
+  EpochRig rig(WritebackOrder::kFlush, [](CacheKnobs& k) {
+    k.writeback_percent = 40;
+    k.writeback_rate_update_seconds = 60;
+    k.writeback_rate_minimum = 4096;
+    k.writeback_rate = 4096;
+    k.writeback_lag_target = 0;
+    k.writeback_running = false;  // all 64 blocks dirty first (a slow build writes them slowly)
+  });
   CacheKnobs& k = rig.set->knobs();
-  k.writeback_percent = 40;
-  k.writeback_rate_update_seconds = 60;
-  k.writeback_rate_minimum = 4096;
-  k.writeback_rate = 4096;
-  k.writeback_lag_target = 0;
-  k.writeback_running = false;  // all 64 blocks dirty first (a slow build writes them slowly)
   for (uint64_t b = 0; b < 64; b++) rig.Write(b, false);
   rig.Flush();
   const uint64_t dirty = rig.dev->dirty_bytes();
