@@ -1006,57 +1006,82 @@ void ExtentIndex::ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken,
   }
 }
 
-Status ExtentIndex::Commit(bool soft) {
-  MutexLock c(&commit_mu_);
+uint64_t ExtentIndex::TakePendingOps(SoftCommit* c) {
   size_t n = shards_.size();
-  std::vector<std::vector<uint8_t>> taken(n);
-  std::vector<uint32_t> ops(n, 0);
-  std::vector<char> provisional(n, 0);
+  c->taken.assign(n, {});
+  c->ops.assign(n, 0);
+  c->provisional.assign(n, 0);
+  c->any_provisional = false;
   uint64_t nops = 0, epoch_state = 4;
-  bool any_provisional = false;
-  Status sticky;
   for (size_t i = 0; i < n; i++) {
     Shard* sh = shards_[i].get();
     MutexLock l(&sh->mu);
     epoch_state += EpochStateBytesLocked(sh);
-    if (!sh->error.ok() && sticky.ok()) sticky = sh->error;
+    if (!sh->error.ok() && c->sticky.ok()) c->sticky = sh->error;
     sh->error = Status::OK();
-    taken[i].swap(sh->journal);
-    ops[i] = sh->journal_ops;
+    c->taken[i].swap(sh->journal);
+    c->ops[i] = sh->journal_ops;
     sh->journal_ops = 0;
-    provisional[i] = sh->journal_provisional;
-    any_provisional |= sh->journal_provisional;
+    c->provisional[i] = sh->journal_provisional;
+    c->any_provisional |= sh->journal_provisional;
     sh->journal_provisional = false;
-    nops += ops[i];
+    nops += c->ops[i];
   }
   NoteEpochState(epoch_state);
-  if (nops == 0) {
+  if (nops == 0) return 0;
+  std::vector<uint8_t> payload;
+  for (auto& t : c->taken) payload.insert(payload.end(), t.begin(), t.end());
+  if (payload.size() > UINT32_MAX || nops > UINT32_MAX) {
+    ReturnPendingOps(&c->taken, &c->ops, c->provisional);
+    c->sticky = Status::Overflow("extent index: more than 4 GiB of uncommitted ops");
+    return 0;
+  }
+  c->entry = EncodeJournalEntry(journal_seq_ + 1, static_cast<uint32_t>(nops), payload, set_id_);
+  return nops;
+}
+
+Status ExtentIndex::Commit(bool soft) {
+  MutexLock c(&commit_mu_);
+  SoftCommit t;
+  if (TakePendingOps(&t) == 0) {
+    if (t.sticky.code() == Status::Code::kOverflow) return t.sticky;
     // Soft entries before this one become durable only with a flush.
     if (!soft) {
       Status st = store_->SyncJournal();
       if (!st.ok()) return st;
     }
-    return sticky;
+    return t.sticky;
   }
-  std::vector<uint8_t> payload;
-  for (auto& t : taken) payload.insert(payload.end(), t.begin(), t.end());
-  if (payload.size() > UINT32_MAX || nops > UINT32_MAX) {
-    ReturnPendingOps(&taken, &ops, provisional);
-    return Status::Overflow("extent index: more than 4 GiB of uncommitted ops");
-  }
-  std::vector<uint8_t> entry =
-      EncodeJournalEntry(journal_seq_ + 1, static_cast<uint32_t>(nops), payload, set_id_);
-  Status st = soft ? store_->AppendJournalSoft(entry.data(), entry.size())
-                   : store_->AppendJournal(entry.data(), entry.size());
+  Status st = soft ? store_->AppendJournalSoft(t.entry.data(), t.entry.size())
+                   : store_->AppendJournal(t.entry.data(), t.entry.size());
   if (!st.ok()) {
-    ReturnPendingOps(&taken, &ops, provisional);
+    ReturnPendingOps(&t.taken, &t.ops, t.provisional);
     return st;
   }
   journal_seq_++;
-  journal_bytes_ += entry.size();
-  if (any_provisional) last_provisional_seq_.store(journal_seq_, std::memory_order_seq_cst);
+  journal_bytes_ += t.entry.size();
+  if (t.any_provisional) last_provisional_seq_.store(journal_seq_, std::memory_order_seq_cst);
   written_seq_.store(journal_seq_, std::memory_order_seq_cst);
-  return sticky;
+  return t.sticky;
+}
+
+void ExtentIndex::BeginSoftCommit(SoftCommit* c) {
+  MutexLock l(&commit_mu_);
+  TakePendingOps(c);
+}
+
+Status ExtentIndex::EndSoftCommit(SoftCommit* c, bool written) {
+  MutexLock l(&commit_mu_);
+  if (c->entry.empty()) return c->sticky;
+  if (!written) {
+    ReturnPendingOps(&c->taken, &c->ops, c->provisional);
+    return c->sticky;
+  }
+  journal_seq_++;
+  journal_bytes_ += c->entry.size();
+  if (c->any_provisional) last_provisional_seq_.store(journal_seq_, std::memory_order_seq_cst);
+  written_seq_.store(journal_seq_, std::memory_order_seq_cst);
+  return c->sticky;
 }
 
 Result<IndexRoot> ExtentIndex::Checkpoint(const PersistRootFn& persist) {

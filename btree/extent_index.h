@@ -281,6 +281,24 @@ class ExtentIndex {
   // committed soft only if they were inserted with their data (checked), or
   // are clean — which is every op this index makes.
   Status Commit(bool soft = false);
+  // A soft Commit in two halves, for a caller that writes the entry itself
+  // asynchronously (CacheSet::LeadSoftCommit, on a serving reactor). The
+  // caller keeps every other Commit and Checkpoint out from Begin to End
+  // (CacheSet's commit slot), so entries keep their sequence and commit_mu_
+  // is never contended here. Begin takes the pending ops and encodes them
+  // (`entry` empty: none, or an error in `sticky`); End says whether the
+  // entry reached the store — if not, the ops go back in front of newer
+  // ones, as a failed Commit's — and returns what Commit would have.
+  struct SoftCommit {
+    std::vector<uint8_t> entry;
+    Status sticky;  // a shard's error, reported as Commit reports it
+    std::vector<std::vector<uint8_t>> taken;
+    std::vector<uint32_t> ops;
+    std::vector<char> provisional;
+    bool any_provisional = false;
+  };
+  void BeginSoftCommit(SoftCommit* c) EXCLUDES(commit_mu_);
+  Status EndSoftCommit(SoftCommit* c, bool written) EXCLUDES(commit_mu_);
   // Writes dirty nodes and returns the root to store in the superblock.
   // With `persist`, it is called with the root before the journal is trimmed,
   // and superseded nodes are freed only after it succeeds: crash-safe at
@@ -447,6 +465,9 @@ class ExtentIndex {
   void JournalInvalidateLocked(Shard* sh, uint32_t id, uint32_t dev, uint64_t start, uint64_t end)
       REQUIRES(sh->mu);
   uint64_t ShardBudget() const;
+  // Swaps every shard's pending ops into `c` (Commit and BeginSoftCommit);
+  // returns how many.
+  uint64_t TakePendingOps(SoftCommit* c) REQUIRES(commit_mu_);
   void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops,
                         const std::vector<char>& provisional);
 

@@ -71,6 +71,7 @@ BucketNodeStore::~BucketNodeStore() {
 
 Status BucketNodeStore::IoOn(BlockDevice* dev, const IoRequest& req) {
   AssertMayBlock("synchronous node store I/O");
+  counters_.io_thread_calls++;
   struct Completion {
     Mutex mu;
     CondVar cv;
@@ -250,6 +251,19 @@ Status BucketNodeStore::AppendJournalSoft(const uint8_t* data, size_t len) {
   UB_RETURN_IF_ERROR(journal_.Append(Journal::Kind::kIndex, data, len, true));
   counters_.journal_appends++;
   return Status::OK();
+}
+
+void BucketNodeStore::AppendJournalSoftAsync(const std::vector<uint8_t>& entry, IoDone done) {
+  journal_.AppendAsync(
+      Journal::Kind::kIndex, entry.data(), entry.size(),
+      [this](const IoRequest& req, IoDone written) {
+        counters_.bytes_written += req.len;
+        dev_->Submit(req, std::move(written));
+      },
+      [this, done = std::move(done)](Status st) mutable {
+        if (st.ok()) counters_.journal_appends++;
+        done(std::move(st));
+      });
 }
 
 Status BucketNodeStore::ReadJournal(std::vector<uint8_t>* all) {

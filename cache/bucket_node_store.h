@@ -65,6 +65,7 @@ class BucketNodeStore final : public NodeStore {
     std::atomic<uint64_t> node_reads{0}, node_writes{0};
     std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
     std::atomic<uint64_t> journal_appends{0};
+    std::atomic<uint64_t> io_thread_calls{0};  // synchronous I/O through the I/O thread (IoOn)
   };
 
   // Starts the I/O thread. The journal is unusable until OpenJournal() or
@@ -84,6 +85,11 @@ class BucketNodeStore final : public NodeStore {
   Status AppendJournal(const uint8_t* data, size_t len) override;
   Status AppendJournalSoft(const uint8_t* data, size_t len) override;
   Status SyncJournal() override { return journal_.Sync(); }
+  // An index entry appended soft on the calling reactor's ring, after
+  // journal().BeginAsync() succeeded (Journal::AppendAsync): no hop through
+  // the I/O thread. `done` runs on this reactor once the record is written
+  // (or at once if it cannot be).
+  void AppendJournalSoftAsync(const std::vector<uint8_t>& entry, IoDone done);
   Status ReadJournal(std::vector<uint8_t>* all) override;
   Status ReadJournal(std::vector<uint8_t>* all, size_t* unconfirmed) override;
   Status TrimJournal() override;

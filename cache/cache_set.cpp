@@ -389,8 +389,9 @@ Status CacheSet::Checkpoint() {
 }
 
 Status CacheSet::WriteCheckpoint(bool clean) {
-  MutexLock one(&ckpt_mu_);
   if (!persistent_) return index_->Checkpoint().status();
+  SoftCommitsExcluded ex(this);
+  MutexLock one(&ckpt_mu_);
   auto root = index_->Checkpoint(ExtentIndex::PersistStateFn(
       [this, clean](const IndexRoot& r, const ExtentIndex::CheckpointState& state) -> Status {
         // Rule 9: the snapshot's nodes hold provisional clean copies without
@@ -474,15 +475,142 @@ void CacheSet::CommitAsync(IoDone done, bool soft) {
     Reactor::Current()->DeferDone(std::move(done), Status::OK());
     return;
   }
+  // A soft commit (a writeback write's ack) is led by this reactor when the
+  // slot is free: its record is written on this ring and answered here, no
+  // hop through ub-journal and ub-nodeio. Deferred, so that the requests
+  // this reactor serves in the same turn join the batch.
+  bool lead = false, wake = false;
   {
     MutexLock l(&jmu_);
     waiters_.push_back({std::move(done), Reactor::Current(), soft});
+    if (!soft) hard_waiting_++;
+    if (!soft_inflight_ && excluded_ == 0 && hard_waiting_ == 0 && !jstop_ && !checkpoint_wanted_) {
+      soft_inflight_ = lead = true;
+    } else {
+      // The leader in flight takes it next; else the journal thread does.
+      wake = !soft_inflight_ || !soft;
+    }
+  }
+  if (lead) Reactor::Current()->Defer([this] { LeadSoftCommit(); });
+  if (wake) jcv_.SignalAll();
+}
+
+CacheSet::CommitStats CacheSet::commit_stats() const {
+  CommitStats c;
+  c.reactor_commits = reactor_commits_.load(std::memory_order_relaxed);
+  c.handed_back = handed_back_.load(std::memory_order_relaxed);
+  if (disk_store_) c.io_thread_calls = disk_store_->counters().io_thread_calls.load(std::memory_order_relaxed);
+  return c;
+}
+
+void CacheSet::LeadSoftCommit() {
+  std::vector<CommitWaiter> batch;
+  {
+    MutexLock l(&jmu_);
+    // Ours since CommitAsync or the last EndSoftCommit; a hard waiter may
+    // have come since: everything goes to the journal thread then.
+    if (excluded_ > 0 || hard_waiting_ > 0 || jstop_ || waiters_.empty()) {
+      soft_inflight_ = false;
+      jcv_.SignalAll();
+      return;
+    }
+    batch.swap(waiters_);
+  }
+  // The journal may be busy with a synchronous append (a gens record, a
+  // backing record): never wait for it here.
+  Journal& j = disk_store_->journal();
+  if (!j.BeginAsync()) {
+    HandBack(std::move(batch));
+    return;
+  }
+  auto c = std::make_unique<ExtentIndex::SoftCommit>();
+  index_->BeginSoftCommit(c.get());  // an error stays in c->sticky
+  if (c->entry.empty()) {
+    // Nothing to write: every change before these waiters is in an entry
+    // already written (the slot kept any other commit out).
+    j.CancelAsync();
+    EndSoftCommit(std::move(batch), c.get(), Status::OK());
+    return;
+  }
+  // The entry stays with `c` until the record is written (or not: then
+  // EndSoftCommit gives the batch to the journal thread).
+  const std::vector<uint8_t>& entry = c->entry;
+  disk_store_->AppendJournalSoftAsync(
+      entry, [this, batch = std::move(batch), c = std::move(c)](Status written) mutable {
+        EndSoftCommit(std::move(batch), c.get(), std::move(written));
+      });
+}
+
+void CacheSet::EndSoftCommit(std::vector<CommitWaiter> batch, ExtentIndex::SoftCommit* c, Status st) {
+  Status result = index_->EndSoftCommit(c, st.ok());
+  if (!st.ok()) {
+    // The record is taken back and its ops are pending again: the journal
+    // thread writes them (synchronously) and answers.
+    UB_WARN("cache journal: soft commit on the reactor failed: {}; the journal thread retries", st.ToString());
+    HandBack(std::move(batch));
+    return;
+  }
+  reactor_commits_.fetch_add(1, std::memory_order_relaxed);
+  // The next batch, if any, is led by the reactor of its first waiter: one
+  // that waits for an answer keeps running until it has it (this one may
+  // have served its last request — a test's thread, a tool's).
+  Reactor* next = nullptr;
+  {
+    MutexLock l(&jmu_);
+    if (disk_store_->journal_used() > disk_store_->journal_capacity() / 2) checkpoint_wanted_ = true;
+    if (!waiters_.empty() && excluded_ == 0 && hard_waiting_ == 0 && !jstop_ && !checkpoint_wanted_)
+      next = waiters_.front().reactor;  // the slot stays held, for it
+    else
+      soft_inflight_ = false;
+  }
+  // Excluders wait for the slot; the journal thread for work.
+  if (!next) jcv_.SignalAll();
+  Reactor* here = Reactor::Current();
+  if (next == here)
+    here->Defer([this] { LeadSoftCommit(); });
+  else if (next)
+    next->Post([this] { LeadSoftCommit(); });
+  for (CommitWaiter& w : batch) {
+    if (w.reactor == here)
+      here->DeferDone(std::move(w.done), result);
+    else
+      w.reactor->Post([done = std::move(w.done), result]() mutable { done(result); });
+  }
+}
+
+void CacheSet::HandBack(std::vector<CommitWaiter> batch) {
+  handed_back_.fetch_add(1, std::memory_order_relaxed);
+  {
+    MutexLock l(&jmu_);
+    // In front of newer waiters; all soft (a leader takes no hard one).
+    for (CommitWaiter& w : waiters_) batch.push_back(std::move(w));
+    waiters_.swap(batch);
+    soft_inflight_ = false;
   }
   jcv_.SignalAll();
 }
 
+void CacheSet::ExcludeSoftCommits() {
+  AssertMayBlock("CacheSet::ExcludeSoftCommits");
+  MutexLock l(&jmu_);
+  excluded_++;
+  while (soft_inflight_) jcv_.Wait(&jmu_);
+}
+
+void CacheSet::AllowSoftCommits() {
+  bool wake;
+  {
+    MutexLock l(&jmu_);
+    excluded_--;
+    // Waiters queued meanwhile have no leader: the journal thread takes them.
+    wake = excluded_ == 0 && !waiters_.empty();
+  }
+  if (wake) jcv_.SignalAll();
+}
+
 Status CacheSet::Commit() {
   if (!persistent_) return Status::OK();
+  SoftCommitsExcluded ex(this);
   Status st = Durably([this] { return index_->Commit(); });
   if (st.code() == Status::Code::kNoSpace) st = Checkpoint();
   return st;
@@ -511,12 +639,21 @@ void CacheSet::JournalLoop() {
   while (!jstop_) {
     auto delay = std::chrono::milliseconds(std::max<uint32_t>(1, knobs_.journal_delay_ms.load()));
     hard_due = std::min(hard_due, Clock::now() + delay);  // the knob may have shrunk
-    while (!jstop_ && waiters_.empty())
+    // Work: waiters no reactor leads (a hard one; soft ones while the slot
+    // is free), a checkpoint a led commit asked for, or the hard commit due.
+    while (!jstop_ && !checkpoint_wanted_ && (waiters_.empty() || (soft_inflight_ && hard_waiting_ == 0)))
       if (!jcv_.WaitUntil(&jmu_, hard_due)) break;
+    if (jstop_) break;
+    // The slot: the soft commit a reactor leads, if any, is written first.
+    excluded_++;
+    while (soft_inflight_) jcv_.Wait(&jmu_);
     // Group commit: everyone waiting now is covered by one append, since
     // their changes were made before they asked.
     std::vector<CommitWaiter> batch;
     batch.swap(waiters_);
+    hard_waiting_ = 0;
+    const bool wanted = checkpoint_wanted_;
+    checkpoint_wanted_ = false;
     jmu_.Unlock();
     // Hard when someone needs durability (FLUSH, FUA, the writeback thread)
     // or journal_delay_ms has passed since the last hard commit; soft when
@@ -525,8 +662,10 @@ void CacheSet::JournalLoop() {
     bool hard = Clock::now() >= hard_due;
     for (const CommitWaiter& w : batch) hard = hard || !w.soft;
     Status st = hard ? Durably([this] { return index_->Commit(); }) : index_->Commit(true);
-    if (hard) hard_due = Clock::now() + delay;
-    if (st.code() == Status::Code::kNoSpace ||
+    // The knob as it is now: this thread may have slept since the top of
+    // the loop read it (reactors lead the soft commits).
+    if (hard) hard_due = Clock::now() + std::chrono::milliseconds(std::max<uint32_t>(1, knobs_.journal_delay_ms.load()));
+    if (st.code() == Status::Code::kNoSpace || wanted ||
         (st.ok() && disk_store_->journal_used() > disk_store_->journal_capacity() / 2)) {
       // A checkpoint also makes every change before it durable.
       Status cst = Checkpoint();
@@ -537,6 +676,7 @@ void CacheSet::JournalLoop() {
       w.reactor->Post([done = std::move(w.done), st]() mutable { done(st); });
     }
     jmu_.Lock();
+    excluded_--;
   }
 }
 
@@ -547,6 +687,21 @@ void CacheSet::StopJournal() {
   }
   jcv_.SignalAll();
   if (journal_thread_.joinable()) journal_thread_.join();
+  // A soft commit a reactor leads may still be in flight, and its
+  // completion uses this set: wait for it (driving this thread's own
+  // reactor, which may be the one — a test's). Bounded: a reactor already
+  // stopped never completes it, and then never calls back either.
+  for (int i = 0; i < 5000; i++) {
+    {
+      MutexLock l(&jmu_);
+      if (!soft_inflight_) return;
+    }
+    if (Reactor* r = Reactor::Current())
+      r->RunOnce(false);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  UB_WARN("cache journal: a soft commit still in flight at shutdown");
 }
 
 uint32_t CacheSet::DeviceNumber(const Uuid& uuid, bool was_attached) {

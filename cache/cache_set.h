@@ -46,6 +46,11 @@
 // checkpoint switches journals or a gens append finds the journal full).
 // hk_mu_ is a leaf: housekeeping's wait, and RunMayWait and the index's
 // wake_writer (under a shard lock) queueing work for it.
+// The commit slot (ExcludeSoftCommits, taken first by Commit, the journal
+// thread and WriteCheckpoint) is no lock but waits for a reactor's soft
+// record to land, whose completion takes the Journal's lock, the index's
+// commit mutex and (if the write failed) its shard mutexes, then jmu_: so
+// it is never waited for with any of those held, nor on a serving reactor.
 #pragma once
 
 #include <atomic>
@@ -146,6 +151,14 @@ class CacheSet {
   void CommitAsync(IoDone done, bool soft = false) EXCLUDES(jmu_);
   // The same, synchronously (any thread that is not a serving reactor).
   Status Commit();
+  // Where commits ran: soft commits a reactor led and wrote on its own ring
+  // (the writeback ack), batches it gave back to the journal thread (the
+  // journal busy, or its write failed), and synchronous cache-device I/O
+  // through the node store's I/O thread (hard commits, checkpoints, gens).
+  struct CommitStats {
+    uint64_t reactor_commits = 0, handed_back = 0, io_thread_calls = 0;
+  };
+  CommitStats commit_stats() const;
   // Writes a checkpoint (see above); serve calls it once the backing devices
   // have their device numbers, so a crash finds them again.
   Status Checkpoint() EXCLUDES(gen_mu_, ckpt_mu_);
@@ -217,7 +230,37 @@ class CacheSet {
   static constexpr uint64_t kMovingGcFreeDivisor = 4;  // runs while free < 1/4 of the buckets
   static constexpr size_t kMovingGcBuckets = 64;       // buckets emptied per GC
   static constexpr uint64_t kMovingGcEverySeconds = 10;  // housekeeping runs it this often when short
+  // The journal thread and its waiters (CommitAsync).
+  struct CommitWaiter {
+    IoDone done;
+    Reactor* reactor;
+    bool soft;
+  };
   void JournalLoop() EXCLUDES(jmu_);
+  // The commit slot (doc/design.md "the writeback ack"): either one soft
+  // commit led by a reactor is in flight (soft_inflight_), or any number of
+  // excluders — the journal thread, Commit(), a checkpoint — hold it, never
+  // both. A reactor leads only while nobody excludes and no hard waiter is
+  // queued; an excluder waits for the one in flight.
+  void LeadSoftCommit() EXCLUDES(jmu_);
+  // The led commit's record is written (or failed): answer `batch`, then
+  // lead the next batch if there is one, or wake the journal thread.
+  void EndSoftCommit(std::vector<CommitWaiter> batch, ExtentIndex::SoftCommit* c, Status st)
+      EXCLUDES(jmu_);
+  // Gives a batch back to the journal thread (a reactor could not lead it).
+  void HandBack(std::vector<CommitWaiter> batch) EXCLUDES(jmu_);
+  void ExcludeSoftCommits() EXCLUDES(jmu_);
+  void AllowSoftCommits() EXCLUDES(jmu_);
+  class SoftCommitsExcluded {
+   public:
+    explicit SoftCommitsExcluded(CacheSet* s) : s_(s) { s_->ExcludeSoftCommits(); }
+    ~SoftCommitsExcluded() { s_->AllowSoftCommits(); }
+    SoftCommitsExcluded(const SoftCommitsExcluded&) = delete;
+    SoftCommitsExcluded& operator=(const SoftCommitsExcluded&) = delete;
+
+   private:
+    CacheSet* s_;
+  };
   // Runs a commit or checkpoint; on success releases the dirty-byte
   // decrements recorded before it (see IndexOptions' on_dirty).
   Status Durably(const std::function<Status()>& commit);
@@ -262,16 +305,16 @@ class CacheSet {
   // every gens append: no generation goes to a journal the table missed.
   Mutex gen_mu_;
   Mutex ckpt_mu_;  // one checkpoint at a time
-  // The journal thread and its waiters (CommitAsync).
-  struct CommitWaiter {
-    IoDone done;
-    Reactor* reactor;
-    bool soft;
-  };
+  // The journal thread and its waiters (CommitAsync): see CommitWaiter.
   Mutex jmu_;
   CondVar jcv_;
   std::vector<CommitWaiter> waiters_ GUARDED_BY(jmu_);
+  size_t hard_waiting_ GUARDED_BY(jmu_) = 0;  // of waiters_, not soft
+  bool soft_inflight_ GUARDED_BY(jmu_) = false;  // a reactor leads a soft commit
+  unsigned excluded_ GUARDED_BY(jmu_) = 0;       // ExcludeSoftCommits holders
+  bool checkpoint_wanted_ GUARDED_BY(jmu_) = false;  // a led commit found the journal half full
   bool jstop_ GUARDED_BY(jmu_) = false;
+  std::atomic<uint64_t> reactor_commits_{0}, handed_back_{0};
   std::thread journal_thread_;
   Mutex undirty_mu_;  // leaf lock: taken under index shard locks
   std::vector<std::pair<uint32_t, int64_t>> undirty_ GUARDED_BY(undirty_mu_);

@@ -2,6 +2,7 @@
 #include "cache/journal.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "cache/superblock.h"
@@ -47,6 +48,25 @@ uint64_t BlocksFor(uint64_t payload_len, uint32_t block) {
 
 }  // namespace
 
+uint64_t Journal::EncodeRecord(uint8_t* p, uint64_t bytes, Kind kind, uint64_t index, uint64_t prev_csum,
+                               const uint8_t* payload, size_t len, bool soft) {
+  std::memset(p, 0, bytes);
+  StoreLE32(p + 8, kRecordMagic);
+  StoreLE16(p + 12, kRecordVersion);
+  StoreLE16(p + 14, static_cast<uint16_t>(kind));
+  StoreLE64(p + 16, o_.set_id);
+  StoreLE64(p + 24, nonce_);
+  StoreLE64(p + 32, index);
+  StoreLE64(p + 40, prev_csum);
+  StoreLE32(p + 48, static_cast<uint32_t>(len));
+  StoreLE32(p + 52, static_cast<uint32_t>(bytes / o_.block_size));
+  StoreLE32(p + 56, soft ? kRecordSoft : 0);
+  if (len) std::memcpy(p + kRecordHeader, payload, len);
+  uint64_t csum = Hash64(p + 8, kRecordHeader - 8 + len);
+  StoreLE64(p, csum);
+  return csum;
+}
+
 Status Journal::WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t prev_csum,
                             const uint8_t* payload, size_t len, bool soft, uint64_t* csum,
                             uint64_t* blocks) {
@@ -57,20 +77,7 @@ Status Journal::WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t pr
                            std::to_string(o_.bytes) + " bytes used)");
   AlignedBuffer buf(bytes);
   uint8_t* p = buf.data();
-  std::memset(p, 0, bytes);
-  StoreLE32(p + 8, kRecordMagic);
-  StoreLE16(p + 12, kRecordVersion);
-  StoreLE16(p + 14, static_cast<uint16_t>(kind));
-  StoreLE64(p + 16, o_.set_id);
-  StoreLE64(p + 24, nonce_);
-  StoreLE64(p + 32, index);
-  StoreLE64(p + 40, prev_csum);
-  StoreLE32(p + 48, static_cast<uint32_t>(len));
-  StoreLE32(p + 52, static_cast<uint32_t>(*blocks));
-  StoreLE32(p + 56, soft ? kRecordSoft : 0);
-  if (len) std::memcpy(p + kRecordHeader, payload, len);
-  *csum = Hash64(p + 8, kRecordHeader - 8 + len);
-  StoreLE64(p, *csum);
+  *csum = EncodeRecord(p, bytes, kind, index, prev_csum, payload, len, soft);
   if (soft) {
     // Only as far as the device: durable at the next flush (a later hard
     // record's PREFLUSH, or Sync).
@@ -86,8 +93,81 @@ Status Journal::WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t pr
   return io_({IoOp::kWrite, kIoFua, o_.offset + pos, bytes, p});
 }
 
+void Journal::WaitAsyncLocked() {
+  while (async_) async_cv_.Wait(&mu_);
+}
+
+bool Journal::BeginAsync() {
+  if (!mu_.TryLock()) return false;
+  bool ok = open_ && !async_;
+  if (ok) async_ = true;
+  mu_.Unlock();
+  return ok;
+}
+
+void Journal::CancelAsync() {
+  {
+    MutexLock l(&mu_);
+    async_ = false;
+  }
+  async_cv_.SignalAll();
+}
+
+void Journal::AppendAsync(Kind kind, const uint8_t* data, size_t len, const SubmitFn& submit,
+                          Callback<void(Status)> done) {
+  const uint64_t blocks = BlocksFor(len, o_.block_size);
+  const uint64_t bytes = blocks * o_.block_size;
+  auto buf = std::make_unique<AlignedBuffer>(bytes);
+  uint64_t pos = 0, at = 0;
+  Status err;
+  {
+    MutexLock l(&mu_);
+    // mu_ is not held across any I/O while async_ is set (the other methods
+    // wait for it first), so this lock is brief even on a serving reactor.
+    pos = tail_;
+    if (!open_) {
+      err = Status::InvalidArgument("cache journal: not open");
+    } else if (len > UINT32_MAX || pos + bytes > o_.bytes) {
+      err = Status::NoSpace("cache journal full (" + std::to_string(pos) + " of " + std::to_string(o_.bytes) +
+                            " bytes used)");
+    }
+    if (!err.ok()) {
+      async_ = false;
+    } else {
+      uint64_t prev = placed_.empty() ? start_csum_ : placed_.back().csum;
+      uint64_t csum = EncodeRecord(buf->data(), bytes, kind, placed_.size() + 1, prev, data, len, true);
+      // Placed now, so the next record chains onto it; taken back if the
+      // write fails (the next one then takes its place and its index).
+      placed_.push_back({pos, blocks, csum});
+      tail_ = pos + bytes;
+      unflushed_ = true;
+      at = o_.offset + pos;
+    }
+  }
+  if (!err.ok()) {
+    async_cv_.SignalAll();
+    done(err);
+    return;
+  }
+  IoRequest req{IoOp::kWrite, 0, at, bytes, buf->data()};
+  submit(req, [this, buf = std::move(buf), pos, done = std::move(done)](Status st) mutable {
+    {
+      MutexLock l(&mu_);
+      if (!st.ok()) {
+        placed_.pop_back();
+        tail_ = pos;
+      }
+      async_ = false;
+    }
+    async_cv_.SignalAll();
+    buf.reset();
+    done(std::move(st));
+  });
+}
+
 Status Journal::Sync() {
   MutexLock l(&mu_);
+  WaitAsyncLocked();
   if (!unflushed_) return Status::OK();
   UB_RETURN_IF_ERROR(io_({IoOp::kFlush, 0, 0, 0, nullptr}));
   unflushed_ = false;
@@ -96,11 +176,13 @@ Status Journal::Sync() {
 
 Status Journal::Reset(const std::vector<Record>& carry) {
   MutexLock l(&mu_);
+  WaitAsyncLocked();
   return ResetLocked(carry);
 }
 
 Status Journal::SwitchTo(uint64_t offset, uint64_t bytes, const std::vector<Record>& carry, bool scan) {
   MutexLock l(&mu_);
+  WaitAsyncLocked();
   o_.offset = offset;
   o_.bytes = bytes;
   open_ = false;
@@ -184,6 +266,7 @@ Status Journal::Scan(std::vector<Record>* out) {
 
 Status Journal::Open() {
   MutexLock l(&mu_);
+  WaitAsyncLocked();
   return Scan(nullptr);
 }
 
@@ -200,11 +283,13 @@ Status Journal::AppendLocked(Kind kind, const uint8_t* data, size_t len, bool so
 
 Status Journal::Append(Kind kind, const uint8_t* data, size_t len, bool soft) {
   MutexLock l(&mu_);
+  WaitAsyncLocked();
   return AppendLocked(kind, data, len, soft);
 }
 
 Status Journal::Read(std::vector<Record>* out) {
   MutexLock l(&mu_);
+  WaitAsyncLocked();
   if (!open_) return Status::InvalidArgument("cache journal: not open");
   uint64_t tail = tail_;
   UB_RETURN_IF_ERROR(Scan(out));
@@ -216,6 +301,7 @@ Status Journal::Read(std::vector<Record>* out) {
 
 Status Journal::Truncate(size_t keep, const std::vector<uint8_t>* partial) {
   MutexLock l(&mu_);
+  WaitAsyncLocked();
   if (!open_) return Status::InvalidArgument("cache journal: not open");
   if (keep >= placed_.size()) return Status::OK();
   std::vector<Record> all;

@@ -80,6 +80,19 @@ class Journal {
   uint64_t offset() const EXCLUDES(mu_);
   // Durable on return (see "Ordering" above); with `soft`, only written.
   Status Append(Kind kind, const uint8_t* data, size_t len, bool soft = false) EXCLUDES(mu_);
+  // An asynchronous soft append, in two steps. BeginAsync claims the one
+  // slot for a record in flight without waiting (false: the journal is busy
+  // or closed; append another way). Then exactly one of: CancelAsync
+  // (nothing to write), or AppendAsync, which places the record, writes it
+  // through `submit` and calls `done` once it is on the device (as a soft
+  // Append's return); on failure the record is taken back. Until then the
+  // other methods wait. `done` runs exactly once: at once, with NoSpace or
+  // InvalidArgument, when nothing could be submitted.
+  using SubmitFn = std::function<void(const IoRequest&, Callback<void(Status)>)>;
+  bool BeginAsync() EXCLUDES(mu_);
+  void CancelAsync() EXCLUDES(mu_);
+  void AppendAsync(Kind kind, const uint8_t* data, size_t len, const SubmitFn& submit,
+                   Callback<void(Status)> done) EXCLUDES(mu_);
   // Flushes the device if a soft append (or a reopen) may have left records
   // not yet durable: afterwards every record appended so far is.
   Status Sync() EXCLUDES(mu_);
@@ -106,6 +119,12 @@ class Journal {
   Status Scan(std::vector<Record>* out) REQUIRES(mu_);
   Status AppendLocked(Kind kind, const uint8_t* data, size_t len, bool soft) REQUIRES(mu_);
   Status ResetLocked(const std::vector<Record>& carry) REQUIRES(mu_);
+  // Every method but the asynchronous ones starts here: the record in
+  // flight, if any, is on the device (or taken back) first.
+  void WaitAsyncLocked() REQUIRES(mu_);
+  // Fills p (`bytes`, whole blocks) with the record; returns its checksum.
+  uint64_t EncodeRecord(uint8_t* p, uint64_t bytes, Kind kind, uint64_t index, uint64_t prev_csum,
+                        const uint8_t* payload, size_t len, bool soft) REQUIRES(mu_);
 
   const IoFn io_;
   Options o_;  // offset and bytes change only under mu_ (SwitchTo)
@@ -116,6 +135,8 @@ class Journal {
   uint64_t start_csum_ GUARDED_BY(mu_) = 0;  // csum of the start record
   bool unflushed_ GUARDED_BY(mu_) = false;   // a record may not be durable yet
   std::vector<Placed> placed_ GUARDED_BY(mu_);  // records after the start record
+  bool async_ GUARDED_BY(mu_) = false;          // a record in flight (BeginAsync)
+  CondVar async_cv_;                             // async_ cleared
 };
 
 }  // namespace ubcache

@@ -657,6 +657,24 @@ std::vector<Attribute> BuildTable() {
   for (const IndexField& f : kIndex)
     t.push_back(Stat(std::string("internal/") + f.name, in, f.help, f.metric, f.type,
                      [m = f.member](Reading& r) { return Value::Int(r.target().set->index().stats().*m); }));
+  struct CommitField {
+    const char* name;
+    const char* help;
+    const char* metric;
+    uint64_t CacheSet::CommitStats::*member;
+  };
+  using CS = CacheSet::CommitStats;
+  static const CommitField kCommit[] = {
+      {"journal_reactor_commits", "soft commits (writeback acks) written on the serving reactor that led them",
+       "journal_reactor_commits_total", &CS::reactor_commits},
+      {"journal_handed_back", "soft commits a reactor gave back to the journal thread (journal busy or full)",
+       "journal_handed_back_total", &CS::handed_back},
+      {"journal_io_thread_calls", "synchronous cache-device I/O through the node store's I/O thread",
+       "journal_io_thread_calls_total", &CS::io_thread_calls},
+  };
+  for (const CommitField& f : kCommit)
+    t.push_back(Stat(std::string("internal/") + f.name, in, f.help, f.metric, MetricType::kCounter,
+                     [m = f.member](Reading& r) { return Value::Int(r.target().set->commit_stats().*m); }));
   return t;
 }
 

@@ -24,6 +24,7 @@
 #define EXCLUDES(...) UB_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) UB_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) UB_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define TRY_ACQUIRE(...) UB_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 // The function checks (or knows) that the capability is held: from the call
 // on, the analysis treats it as held — for a lock taken where the analysis
 // cannot follow (a runtime-sized set of locks, a callback run under one).
@@ -38,6 +39,7 @@ class CAPABILITY("mutex") Mutex {
  public:
   void Lock() ACQUIRE() { mu_.lock(); }
   void Unlock() RELEASE() { mu_.unlock(); }
+  bool TryLock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
   // Tells the analysis the caller holds this mutex (not checked at run time).
   void AssertHeld() const ASSERT_CAPABILITY(this) {}
 
