@@ -98,7 +98,10 @@ class Reactor {
   // and its completion. While one or two are in flight, the reactor sleeps
   // instead of spinning (SpinForWork). Reactor thread.
   void DiskIoStarted() { disk_inflight_++; }
-  void DiskIoDone() { disk_inflight_--; }
+  void DiskIoDone() {
+    disk_inflight_--;
+    disk_reaped_ = true;
+  }
 
  private:
   // How long a recently busy reactor polls before it sleeps (0: never).
@@ -139,6 +142,10 @@ class Reactor {
   // busy a moment ago polls its ring briefly before it sleeps.
   uint64_t last_reaped_ns_ = 0;
   uint64_t disk_inflight_ = 0;
+  // A disk I/O completed in this turn's reap, and when the last such reap
+  // was (NowNanos()): a reactor whose disk queue just drained sleeps too.
+  bool disk_reaped_ = false;
+  uint64_t last_disk_reaped_ns_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> stoppers_{0};  // Stop() calls still touching event_fd_
   std::atomic<bool> sleeping_{false};
