@@ -1058,11 +1058,15 @@ Status ExtentIndex::Commit(bool soft) {
     ReturnPendingOps(&t.taken, &t.ops, t.provisional);
     return st;
   }
-  journal_seq_++;
-  journal_bytes_ += t.entry.size();
-  if (t.any_provisional) last_provisional_seq_.store(journal_seq_, std::memory_order_seq_cst);
-  written_seq_.store(journal_seq_, std::memory_order_seq_cst);
+  NoteWrittenLocked(t);
   return t.sticky;
+}
+
+void ExtentIndex::NoteWrittenLocked(const SoftCommit& c) {
+  journal_seq_++;
+  journal_bytes_ += c.entry.size();
+  if (c.any_provisional) last_provisional_seq_.store(journal_seq_, std::memory_order_seq_cst);
+  written_seq_.store(journal_seq_, std::memory_order_seq_cst);
 }
 
 void ExtentIndex::BeginSoftCommit(SoftCommit* c) {
@@ -1077,10 +1081,7 @@ Status ExtentIndex::EndSoftCommit(SoftCommit* c, bool written) {
     ReturnPendingOps(&c->taken, &c->ops, c->provisional);
     return c->sticky;
   }
-  journal_seq_++;
-  journal_bytes_ += c->entry.size();
-  if (c->any_provisional) last_provisional_seq_.store(journal_seq_, std::memory_order_seq_cst);
-  written_seq_.store(journal_seq_, std::memory_order_seq_cst);
+  NoteWrittenLocked(*c);
   return c->sticky;
 }
 

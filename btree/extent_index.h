@@ -468,6 +468,8 @@ class ExtentIndex {
   // Swaps every shard's pending ops into `c` (Commit and BeginSoftCommit);
   // returns how many.
   uint64_t TakePendingOps(SoftCommit* c) REQUIRES(commit_mu_);
+  // The entry taken into `c` is in the store: its sequence and counters.
+  void NoteWrittenLocked(const SoftCommit& c) REQUIRES(commit_mu_);
   void ReturnPendingOps(std::vector<std::vector<uint8_t>>* taken, std::vector<uint32_t>* ops,
                         const std::vector<char>& provisional);
 

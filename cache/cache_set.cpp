@@ -484,7 +484,7 @@ void CacheSet::CommitAsync(IoDone done, bool soft) {
     MutexLock l(&jmu_);
     waiters_.push_back({std::move(done), Reactor::Current(), soft});
     if (!soft) hard_waiting_++;
-    if (!soft_inflight_ && excluded_ == 0 && hard_waiting_ == 0 && !jstop_ && !checkpoint_wanted_) {
+    if (!soft_inflight_ && MayLeadLocked()) {
       soft_inflight_ = lead = true;
     } else {
       // The leader in flight takes it next; else the journal thread does.
@@ -509,7 +509,7 @@ void CacheSet::LeadSoftCommit() {
     MutexLock l(&jmu_);
     // Ours since CommitAsync or the last EndSoftCommit; a hard waiter may
     // have come since: everything goes to the journal thread then.
-    if (excluded_ > 0 || hard_waiting_ > 0 || jstop_ || waiters_.empty()) {
+    if (!MayLeadLocked() || waiters_.empty()) {
       soft_inflight_ = false;
       jcv_.SignalAll();
       return;
@@ -555,10 +555,11 @@ void CacheSet::EndSoftCommit(std::vector<CommitWaiter> batch, ExtentIndex::SoftC
   // that waits for an answer keeps running until it has it (this one may
   // have served its last request — a test's thread, a tool's).
   Reactor* next = nullptr;
+  const bool half_full = disk_store_->journal_used() > disk_store_->journal_capacity() / 2;  // not under jmu_
   {
     MutexLock l(&jmu_);
-    if (disk_store_->journal_used() > disk_store_->journal_capacity() / 2) checkpoint_wanted_ = true;
-    if (!waiters_.empty() && excluded_ == 0 && hard_waiting_ == 0 && !jstop_ && !checkpoint_wanted_)
+    if (half_full) checkpoint_wanted_ = true;
+    if (!waiters_.empty() && MayLeadLocked())
       next = waiters_.front().reactor;  // the slot stays held, for it
     else
       soft_inflight_ = false;
@@ -588,6 +589,10 @@ void CacheSet::HandBack(std::vector<CommitWaiter> batch) {
     soft_inflight_ = false;
   }
   jcv_.SignalAll();
+}
+
+bool CacheSet::MayLeadLocked() const {
+  return excluded_ == 0 && hard_waiting_ == 0 && !jstop_ && !checkpoint_wanted_;
 }
 
 void CacheSet::ExcludeSoftCommits() {

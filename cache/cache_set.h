@@ -249,6 +249,8 @@ class CacheSet {
       EXCLUDES(jmu_);
   // Gives a batch back to the journal thread (a reactor could not lead it).
   void HandBack(std::vector<CommitWaiter> batch) EXCLUDES(jmu_);
+  // Whether a reactor may lead a soft commit now (the slot aside).
+  bool MayLeadLocked() const REQUIRES(jmu_);
   void ExcludeSoftCommits() EXCLUDES(jmu_);
   void AllowSoftCommits() EXCLUDES(jmu_);
   class SoftCommitsExcluded {

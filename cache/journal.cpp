@@ -48,6 +48,13 @@ uint64_t BlocksFor(uint64_t payload_len, uint32_t block) {
 
 }  // namespace
 
+Status Journal::FitsLocked(uint64_t pos, uint64_t bytes, size_t len) const {
+  if (len > UINT32_MAX || pos + bytes > o_.bytes)
+    return Status::NoSpace("cache journal full (" + std::to_string(pos) + " of " + std::to_string(o_.bytes) +
+                           " bytes used)");
+  return Status::OK();
+}
+
 uint64_t Journal::EncodeRecord(uint8_t* p, uint64_t bytes, Kind kind, uint64_t index, uint64_t prev_csum,
                                const uint8_t* payload, size_t len, bool soft) {
   std::memset(p, 0, bytes);
@@ -72,9 +79,7 @@ Status Journal::WriteRecord(uint64_t pos, Kind kind, uint64_t index, uint64_t pr
                             uint64_t* blocks) {
   *blocks = BlocksFor(len, o_.block_size);
   uint64_t bytes = *blocks * o_.block_size;
-  if (len > UINT32_MAX || pos + bytes > o_.bytes)
-    return Status::NoSpace("cache journal full (" + std::to_string(pos) + " of " +
-                           std::to_string(o_.bytes) + " bytes used)");
+  UB_RETURN_IF_ERROR(FitsLocked(pos, bytes, len));
   AlignedBuffer buf(bytes);
   uint8_t* p = buf.data();
   *csum = EncodeRecord(p, bytes, kind, index, prev_csum, payload, len, soft);
@@ -125,12 +130,7 @@ void Journal::AppendAsync(Kind kind, const uint8_t* data, size_t len, const Subm
     // mu_ is not held across any I/O while async_ is set (the other methods
     // wait for it first), so this lock is brief even on a serving reactor.
     pos = tail_;
-    if (!open_) {
-      err = Status::InvalidArgument("cache journal: not open");
-    } else if (len > UINT32_MAX || pos + bytes > o_.bytes) {
-      err = Status::NoSpace("cache journal full (" + std::to_string(pos) + " of " + std::to_string(o_.bytes) +
-                            " bytes used)");
-    }
+    err = open_ ? FitsLocked(pos, bytes, len) : Status::InvalidArgument("cache journal: not open");
     if (!err.ok()) {
       async_ = false;
     } else {

@@ -122,6 +122,9 @@ class Journal {
   // Every method but the asynchronous ones starts here: the record in
   // flight, if any, is on the device (or taken back) first.
   void WaitAsyncLocked() REQUIRES(mu_);
+  // NoSpace unless a record of `len` payload bytes (`bytes` on the device)
+  // fits at `pos`.
+  Status FitsLocked(uint64_t pos, uint64_t bytes, size_t len) const REQUIRES(mu_);
   // Fills p (`bytes`, whole blocks) with the record; returns its checksum.
   uint64_t EncodeRecord(uint8_t* p, uint64_t bytes, Kind kind, uint64_t index, uint64_t prev_csum,
                         const uint8_t* payload, size_t len, bool soft) REQUIRES(mu_);
