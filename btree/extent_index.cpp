@@ -602,6 +602,38 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
   return result;
 }
 
+Status ExtentIndex::MarkWrite(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty) {
+  *has_dirty = false;
+  UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
+  uint64_t end = start + len;
+  ShardLocks locks(this, ShardsFor(dev, start, end));
+  for (uint32_t id : locks.ids()) {  // without I/O: every node first (see the header)
+    Shard* sh = shards_[id].get();
+    sh->mu.AssertHeld();
+    if (!IsServingThread()) break;
+    UB_RETURN_IF_ERROR(ProbeLocked(sh, id, dev, start, end, false));
+  }
+  MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
+  std::vector<Extent> cur;
+  for (uint32_t id : locks.ids()) {
+    Shard* sh = shards_[id].get();
+    sh->mu.AssertHeld();
+    if (KeptOverlapsLocked(sh, dev, start, end)) {
+      *has_dirty = true;
+      return Status::OK();
+    }
+    cur.clear();
+    UB_RETURN_IF_ERROR(Tree(sh)->Lookup(dev, start, end, &cur));
+    for (const Extent& x : cur) {
+      if (x.dirty) {
+        *has_dirty = true;
+        return Status::OK();
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status ExtentIndex::RemoveIfSame(const Extent& e) {
   uint64_t n = 0;
   return ChangeIfSame(e, Change::kRemove, nullptr, &n);

@@ -170,15 +170,25 @@ class ExtentIndex {
   // still dirty); a part rewritten or removed meanwhile is left alone, so
   // writeback never marks clean data it did not write. *cleaned = bytes.
   Status MarkClean(const Extent& e, uint64_t* cleaned);
-  // A write's first step: removes the clean extents of the range (so
-  // nothing stale is read while the write is in flight, and racing fills
-  // are refused) but keeps dirty ones — they are the only copy until the
-  // write's own insert replaces them in one step. *has_dirty: any kept.
+  // Before a write or discard reaches the backing device (rule 5): removes
+  // the clean extents of the range (racing fills are refused) but keeps
+  // dirty ones — they are the only copy until the request's own insert or
+  // invalidation replaces them in one step. *has_dirty: any kept.
   // *removed_clean (if given): bytes of clean extents removed — a caller
   // that then writes the backing device must commit first when it is not
   // zero (CachedDevice::AfterCleanDropped).
   Status InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty,
                          uint64_t* removed_clean = nullptr);
+  // A client write's first step (CachedDevice::DoWrite): marks the range
+  // changed, so fills that read the backing device before this write are
+  // refused, and says whether dirty data (extents or kept versions) overlaps
+  // it. Removes nothing: a write the cache takes replaces the range's clean
+  // copies with its insert, in place when it covers them exactly, and every
+  // write that goes to the backing device removes them first (rule 5,
+  // RangeGuard::AfterCleanCopiesGone). Until then a read of the range may
+  // still get the clean copy — it is the data as it was before this write,
+  // which a read that overlaps a write in flight may return.
+  Status MarkWrite(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty);
   // Moving GC: the data of `e` was copied to new_offset (a bucket of gen
   // new_gen); points the parts still mapping to e's data there, dirty or
   // not as they were. *moved = bytes.

@@ -63,8 +63,8 @@ CachedDevice::CachedDevice(std::string spec, CacheSet* set, uint32_t dev_index,
       read_(ctx_, &bypass_),
       write_through_(ctx_),
       dirty_write_(ctx_, &handshake_, &write_through_,
-                   [this](const IoRequest& req, IoDone done, bool dropped_clean, bool dirty_refused) {
-                     DoWrite(req, std::move(done), dropped_clean, dirty_refused);
+                   [this](const IoRequest& req, IoDone done, bool dirty_refused) {
+                     DoWrite(req, std::move(done), dirty_refused);
                    }),
       discard_(ctx_) {
   const uint64_t newest = set_->index().NewestEpoch(dev_);
@@ -295,7 +295,7 @@ void CachedDevice::WriteFailedCache(const IoRequest& req, IoDone done) {
   });
 }
 
-void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_before, bool dirty_refused) {
+void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dirty_refused) {
   if (fenced()) {  // a write that waited (for the backing superblock) meets it here
     CompleteLater(std::move(done), FencedError(spec_, req.op));
     return;
@@ -304,32 +304,25 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dropped_befor
     WriteFailedCache(req, std::move(done));
     return;
   }
-  // Nothing stale may be read from the cache while this write is in flight:
-  // clean copies go now. Dirty ones stay (the only copy of acknowledged
-  // data) until this write's insert replaces them in one step, so no
-  // commit in between can leave the range with neither the old data nor
-  // the new: that would read back the backing device's older copy.
-  struct Dropped {
-    bool has_dirty = false;
-    uint64_t bytes = 0;
-  };
-  auto dropped = std::make_shared<Dropped>();
+  // Fills that read the backing device before this write must not insert
+  // what they read: the range is marked changed now. Its clean copies stay
+  // until the road the write takes needs them gone: the writeback engine's
+  // insert replaces them (in place when it covers them exactly, with no
+  // B-tree leaf shifted out and back), and every road to the backing device
+  // removes them and commits that before its I/O (rule 5,
+  // RangeGuard::BeforeBackingWrite). Dirty copies stay in either case (the
+  // only copy of acknowledged data) until this write's insert replaces them
+  // in one step, so no commit in between can leave the range with neither
+  // the old data nor the new.
+  auto has_dirty = std::make_shared<bool>(false);
   CallIndex(
-      set_,
-      [this, req, dropped] {
-        return set_->index().InvalidateClean(dev_, req.offset, req.len, &dropped->has_dirty,
-                                             &dropped->bytes);
-      },
-      [this, req, dropped, dropped_before, dirty_refused, done = std::move(done)](Status st) mutable {
+      set_, [this, req, has_dirty] { return set_->index().MarkWrite(dev_, req.offset, req.len, has_dirty.get()); },
+      [this, req, has_dirty, dirty_refused, done = std::move(done)](Status st) mutable {
         if (!st.ok()) {
           CompleteLater(std::move(done), st);
           return;
         }
-        // Clean copies removed (by this pass or an earlier one): if the data
-        // goes to the backing device, their removal is committed first (rule
-        // 5, RangeGuard::BeforeBackingWrite).
-        RouteWrite(req, std::move(done), dropped->has_dirty, dropped_before || dropped->bytes > 0,
-                   dirty_refused);
+        RouteWrite(req, std::move(done), *has_dirty, dirty_refused);
       });
 }
 
@@ -340,14 +333,13 @@ bool CachedDevice::OrderMatters() const {
           set_->buckets().dirty_buckets() > 0);
 }
 
-void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dropped_clean,
-                              bool dirty_refused) {
+void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dirty_refused) {
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
   bool seq_bypass = !attached() || bypass_.ShouldBypass(req, true);  // once: it feeds the stream detector
   Writeback* wb = writeback_.get();
   if (attached() && mode == CacheMode::kWriteback && wb && !(dirty_refused && !has_dirty) &&
       dirty_write_.Accepts(req, has_dirty, seq_bypass, wb) &&
-      dirty_write_.Write(req, done, has_dirty, dropped_clean, wb))
+      dirty_write_.Write(req, done, has_dirty, wb))
     return;
   // A write over dirty data is cached even when it goes through (bcache).
   bool bypass = !attached() || (seq_bypass && !has_dirty);
@@ -357,9 +349,9 @@ void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty,
   // (OrderedGate: sooner than its epoch, with a backlog over a spindle).
   bool room_ok = attached() && mode == CacheMode::kWriteback && wb && !dirty_refused;
   ordered_.Enter(
-      [this, req, bypass, has_dirty, dropped_clean, done = std::move(done)](OrderedGate::Verdict v) mutable {
+      [this, req, bypass, has_dirty, done = std::move(done)](OrderedGate::Verdict v) mutable {
         if (v == OrderedGate::Verdict::kRoom && !fenced()) {
-          DoWrite(req, std::move(done), dropped_clean);
+          DoWrite(req, std::move(done));
           return;
         }
         if (v != OrderedGate::Verdict::kGo || fenced()) {  // it waited, and met the fence
@@ -371,16 +363,16 @@ void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty,
         // covers them (nothing to flush while the cache absorbs the writes).
         if ((req.flags & kIoFua) && OrderMatters()) {
           durability_.FlushForClient(
-              [this, req, bypass, has_dirty, dropped_clean, done = std::move(done)](Status st) mutable {
+              [this, req, bypass, has_dirty, done = std::move(done)](Status st) mutable {
                 if (!st.ok()) {
                   CompleteLater(std::move(done), st);
                   return;
                 }
-                write_through_.Write(req, std::move(done), bypass, has_dirty, dropped_clean);
+                write_through_.Write(req, std::move(done), bypass, has_dirty);
               });
           return;
         }
-        write_through_.Write(req, std::move(done), bypass, has_dirty, dropped_clean);
+        write_through_.Write(req, std::move(done), bypass, has_dirty);
       },
       room_ok);
 }

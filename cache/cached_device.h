@@ -14,10 +14,12 @@
 // writeback thread (cache/writeback.h) reaches the device only through those
 // pieces and the WritebackHost interface.
 //
-// Writes (DoWrite, the router): every write first drops the range's clean
-// copies (InvalidateClean), so nothing stale can be read from the cache
-// while it is in flight; dirty copies stay until the write's own insert
-// replaces them. It then goes to DirtyWriteEngine when the mode is
+// Writes (DoWrite, the router): every write first marks its range changed
+// (ExtentIndex::MarkWrite), so no fill that read the backing device before
+// it inserts what it read; clean copies stay until the write's insert
+// replaces them, or until a write that goes to the backing device removes
+// them before its I/O (rule 5); dirty copies stay until the write's own
+// insert replaces them. It then goes to DirtyWriteEngine when the mode is
 // writeback (a formatted backing device and cache only; otherwise it acts
 // as writethrough) and bcache's should_writeback says so, else to
 // WriteThroughEngine.
@@ -160,19 +162,16 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   void DoPrefetch(uint64_t offset, uint64_t len, IoDone done) override;
 
  private:
-  // The write router (see the top). `dropped_before`: an earlier pass of
-  // this write (one that waited for the backing superblock) already
-  // invalidated clean extents of the range. `dirty_refused`: this write
+  // The write router (see the top). `dirty_refused`: this write
   // waited for the backing superblock to be marked dirty, and that failed:
   // it goes through, not into writeback (else it would wait again, for as
   // long as the backing device is out).
-  void DoWrite(const IoRequest& req, IoDone done, bool dropped_before = false, bool dirty_refused = false);
-  // DoWrite's second half, once the clean copies are gone: to the engine.
+  void DoWrite(const IoRequest& req, IoDone done, bool dirty_refused = false);
+  // DoWrite's second half, once the range is marked changed: to the engine.
   // writeback_order flush, and the device's writes can meet dirty data
   // (writeback mode, or dirty data left from before a switch): rule 14.
   bool OrderMatters() const;
-  void RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dropped_clean,
-                  bool dirty_refused);
+  void RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dirty_refused);
   // The set failed: the backing device alone, then the range's extents go.
   void WriteFailedCache(const IoRequest& req, IoDone done);
   // Invalidates this device's whole range, a bounded step at a time so no

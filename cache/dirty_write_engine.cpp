@@ -22,7 +22,6 @@ struct DirtyWriteEngine::DirtyOp {
   int pending = 1;
   bool ok = true;
   bool has_dirty = false;
-  bool dropped_clean = false;
   std::vector<Extent> extents;
   size_t inserted = 0;  // of extents, by InsertDirty's passes so far
   Status result;        // the first failed insert's
@@ -77,14 +76,13 @@ bool DirtyWriteEngine::WriteThroughAtCutoff(Writeback* wb) {
   return false;
 }
 
-bool DirtyWriteEngine::Write(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean,
-                             Writeback* wb) {
+bool DirtyWriteEngine::Write(const IoRequest& req, IoDone& done, bool has_dirty, Writeback* wb) {
   // Rule 7: `dirty` is durable on the backing device before the first
   // dirty write is acknowledged. If it is not yet, the writeback thread
   // writes it and this write starts again (through, if that failed).
   if (!handshake_->Enter([&]() -> Callback<void(bool)> {
-        return [this, r = req, d = std::move(done), dropped_clean](bool refused) mutable {
-          rewrite_(r, std::move(d), dropped_clean, refused);
+        return [this, r = req, d = std::move(done)](bool refused) mutable {
+          rewrite_(r, std::move(d), refused);
         };
       })) {
     wb->Kick();
@@ -93,7 +91,6 @@ bool DirtyWriteEngine::Write(const IoRequest& req, IoDone& done, bool has_dirty,
   auto* op = new DirtyOp();
   op->req = req;
   op->has_dirty = has_dirty;
-  op->dropped_clean = dropped_clean;
   const uint64_t piece = c_.cache_io->piece_bytes();
   for (uint64_t off = 0; off < req.len; off += piece) {
     Extent e;
@@ -109,7 +106,7 @@ bool DirtyWriteEngine::Write(const IoRequest& req, IoDone& done, bool has_dirty,
       // No bucket ready on this serving reactor: the write parks, and starts
       // again once the refill thread has journaled reclaimed buckets (through,
       // if there is still none).
-      ParkForSpace(req, done, dropped_clean);
+      ParkForSpace(req, done);
       return true;
     }
     op->extents.push_back(e);
@@ -127,9 +124,9 @@ bool DirtyWriteEngine::Write(const IoRequest& req, IoDone& done, bool has_dirty,
   return true;
 }
 
-void DirtyWriteEngine::ParkForSpace(const IoRequest& req, IoDone& done, bool dropped_clean) {
-  Callback<void(bool)> retry = [this, r = req, d = std::move(done), dropped_clean](bool space) mutable {
-    rewrite_(r, std::move(d), dropped_clean, !space);
+void DirtyWriteEngine::ParkForSpace(const IoRequest& req, IoDone& done) {
+  Callback<void(bool)> retry = [this, r = req, d = std::move(done)](bool space) mutable {
+    rewrite_(r, std::move(d), !space);
   };
   if (c_.set->buckets().ParkForSpace(std::move(retry))) return;
   // A bucket came free meanwhile: start again at once (not from this stack).
@@ -193,12 +190,12 @@ void DirtyWriteEngine::Finish(DirtyOp* op) {
   handshake_->Leave();
   IoRequest req = op->req;
   IoDone d = std::move(op->done);
-  bool has_dirty = op->has_dirty, dropped_clean = op->dropped_clean;
+  bool has_dirty = op->has_dirty;
   delete op;
   if (!result.ok()) {
     // The cache could not take it: the backing device still can.
     UB_WARN("{}: writeback write failed ({}); writing through", c_.spec, result.ToString());
-    through_->Write(req, std::move(d), !has_dirty, has_dirty, dropped_clean);
+    through_->Write(req, std::move(d), !has_dirty, has_dirty);
     return;
   }
   // Acknowledged once its journal entry is written: FUA, durably (its data

@@ -38,8 +38,7 @@ class DirtyWriteEngine {
  public:
   // The router's write entry: a write parked by the handshake starts again
   // there (`dirty_refused`: marking the superblock dirty failed).
-  using Rewrite = std::function<void(const IoRequest& req, IoDone done, bool dropped_clean,
-                                     bool dirty_refused)>;
+  using Rewrite = std::function<void(const IoRequest& req, IoDone done, bool dirty_refused)>;
 
   DirtyWriteEngine(const EngineContext& ctx, DirtyHandshake* handshake, WriteThroughEngine* through,
                    Rewrite rewrite)
@@ -57,7 +56,7 @@ class DirtyWriteEngine {
   bool Full(unsigned in_use) const;
   // False when the cache cannot take it (no space): `done` is left with the
   // caller, which writes through instead.
-  bool Write(const IoRequest& req, IoDone& done, bool has_dirty, bool dropped_clean, Writeback* wb);
+  bool Write(const IoRequest& req, IoDone& done, bool has_dirty, Writeback* wb);
 
   // Writes turned to write-through by cutoff_writeback (_sync for FUA).
   uint64_t cutoff_writethroughs() const {
@@ -74,7 +73,7 @@ class DirtyWriteEngine {
   void Complete(DirtyOp* op);
   // Write found no bucket ready on a serving reactor: run the write again
   // (rewrite_) when the allocator has journaled reclaimed buckets.
-  void ParkForSpace(const IoRequest& req, IoDone& done, bool dropped_clean);
+  void ParkForSpace(const IoRequest& req, IoDone& done);
   // Complete's inserts, run again after a node read when they return
   // WouldBlock (going on where they stopped); then Finish releases and acks.
   Status InsertDirty(DirtyOp* op);

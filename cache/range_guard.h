@@ -57,9 +57,11 @@ class RangeGuard {
   // writeback thread skips it meanwhile.
   void HoldForeground(uint64_t start, uint64_t end, Callback<void()> fn) EXCLUDES(mu_);
   void ReleaseForeground(uint64_t start, uint64_t end) EXCLUDES(mu_);
-  // Drops the clean copies of [offset, offset+len) made since the caller's
-  // own InvalidateClean (the old dirty copy written back and marked clean
-  // while it waited, a racing miss's fill), then runs fn on this reactor:
+  // Drops the clean copies of [offset, offset+len): for a write, all of them
+  // (the router only marks the range, ExtentIndex::MarkWrite); for a
+  // discard, those made since its own InvalidateClean (the old dirty copy
+  // written back and marked clean while it waited, a racing miss's fill).
+  // Then runs fn on this reactor:
   // at once if none was dropped, now or before (`dropped`), or the set is
   // not persistent; else once their removal is committed. A clean copy is
   // only as good as the backing data it mirrors, so its removal must be on

@@ -27,8 +27,7 @@ struct WriteThroughEngine::WriteOp {
   size_t inserted = 0;          // of extents, by UpdateIndex's passes so far
 };
 
-void WriteThroughEngine::Write(const IoRequest& req, IoDone done, bool bypass, bool has_dirty,
-                               bool dropped_clean) {
+void WriteThroughEngine::Write(const IoRequest& req, IoDone done, bool bypass, bool has_dirty) {
   auto* op = new WriteOp();
   op->req = req;
   op->done = std::move(done);
@@ -63,9 +62,10 @@ void WriteThroughEngine::Write(const IoRequest& req, IoDone done, bool bypass, b
         });
   };
   // Rule 5: every clean copy of the range leaves the journal before the
-  // backing device can hold this data (those the router dropped, and those
+  // backing device can hold this data (those the router left, and those
   // made while this write waited for writeback).
-  c_.ranges->BeforeBackingWrite(req.offset, req.len, has_dirty, dropped_clean, std::move(issue));
+  c_.ranges->BeforeBackingWrite(req.offset, req.len, has_dirty, /*dropped_clean=*/false,
+                                std::move(issue));
   if (--op->pending == 0) Complete(op);
 }
 

@@ -5,9 +5,9 @@
 // bypassed and detached writes (the backing device only; the range is
 // invalidated again when done, killing fills of misses that read the old
 // data meanwhile). Also the fallback of a writeback-mode write the cache
-// could not take. The router (CachedDevice) has already dropped the range's
-// clean copies (InvalidateClean); dirty ones stay until this write replaces
-// them.
+// could not take. The router (CachedDevice) has marked the range changed;
+// its clean copies are removed here, and the removal committed, before the
+// backing write (rule 5); dirty ones stay until this write replaces them.
 //
 // Ordering (doc/design.md "Durability"): the backing write goes through
 // RangeGuard::BeforeBackingWrite (rule 5); over dirty data it is FUA and
@@ -32,9 +32,8 @@ class WriteThroughEngine {
   explicit WriteThroughEngine(const EngineContext& ctx) : c_(ctx) {}
 
   // `bypass`: the backing device only. `has_dirty`: dirty copies of the
-  // range are still in the index. `dropped_clean`: clean ones were removed,
-  // a removal the journal must hold before the backing device gets the data.
-  void Write(const IoRequest& req, IoDone done, bool bypass, bool has_dirty, bool dropped_clean);
+  // range are still in the index.
+  void Write(const IoRequest& req, IoDone done, bool bypass, bool has_dirty);
 
  private:
   struct WriteOp;

@@ -530,6 +530,59 @@ TEST_CASE("writethrough: a clean copy never outlives backing data newer than it 
   CHECK(r.Read(*r.dev, 0, kBlock) == Pattern(kBlock, 2));
 }
 
+// Rule 5 on writeback's roads to the backing device: the router leaves clean
+// copies in place (a write the cache takes replaces them with its insert),
+// so a write the cutoff turns away removes them itself, committed, before
+// its backing write (WriteThroughEngine::Write -> BeforeBackingWrite). Fails
+// with the backing write issued at once: X's clean copy is recovered.
+TEST_CASE("writeback: a write the cutoff sends to the backing device leaves no clean copy older than it across a power cut") {
+  Rig r;
+  r.set->knobs().cache_mode = CacheMode::kWritethrough;
+  r.set->knobs().writeback_order = WritebackOrder::kLba;  // the write goes through at once
+  r.set->knobs().journal_delay_ms = 10000;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  r.Write(0, kBlock, 1);
+  REQUIRE(SyncFlush(*r.dev).ok());  // X: on the backing media, cached clean, journaled
+  REQUIRE(r.set->Checkpoint().ok());
+  r.set->knobs().cache_mode = CacheMode::kWriteback;
+  r.set->knobs().cutoff_writeback = 0;
+  r.set->knobs().cutoff_writeback_sync = 0;
+  r.Write(0, kBlock, 2);  // W: turned away by the cutoff, never flushed
+  CHECK(r.dev->cutoff_writethroughs() == 1);
+  CHECK(r.dev->dirty_bytes() == 0);
+  REQUIRE(SyncFlush(*r.raw_backing).ok());  // the torn cut keeps W's backing copy
+  r.CutNow();
+  REQUIRE(r.Read(*r.backing, 0, kBlock) == Pattern(kBlock, 2));
+  CHECK(r.Read(*r.dev, 0, kBlock) == Pattern(kBlock, 2));
+}
+
+// A write the cache takes over a clean copy replaces it with its insert (no
+// removal first): the range reads the new data, and after a power cut that
+// follows a FLUSH, the new data again — never the old clean copy.
+TEST_CASE("writeback: a write taken dirty over a clean copy replaces it, across a power cut") {
+  Rig r;
+  r.set->knobs().cache_mode = CacheMode::kWritethrough;
+  for (uint64_t i = 0; i < 16; i++) r.Write(i * kBlock, kBlock, i);
+  r.Write(32 * kBlock, 4 * kBlock, 77);  // one clean extent of 4 blocks
+  REQUIRE(SyncFlush(*r.dev).ok());
+  REQUIRE(r.set->Checkpoint().ok());
+  r.set->knobs().cache_mode = CacheMode::kWriteback;
+  for (uint64_t i = 0; i < 16; i += 2) r.Write(i * kBlock, kBlock, 100 + i);  // exactly over each
+  r.Write(33 * kBlock, kBlock, 200);  // inside the 4-block extent: splits it
+  CHECK(r.dev->dirty_bytes() == 9 * kBlock);
+  for (uint64_t i = 0; i < 16; i++) CHECK(r.Read(*r.dev, i * kBlock, kBlock) == Pattern(kBlock, i % 2 ? i : 100 + i));
+  auto big = Pattern(4 * kBlock, 77);
+  std::vector<uint8_t> want(big.begin(), big.end());
+  auto mid = Pattern(kBlock, 200);
+  std::copy(mid.begin(), mid.end(), want.begin() + kBlock);
+  CHECK(r.Read(*r.dev, 32 * kBlock, 4 * kBlock) == want);
+  REQUIRE(SyncFlush(*r.dev).ok());
+  r.CutNow();
+  for (uint64_t i = 0; i < 16; i++) CHECK(r.Read(*r.dev, i * kBlock, kBlock) == Pattern(kBlock, i % 2 ? i : 100 + i));
+  CHECK(r.Read(*r.dev, 32 * kBlock, 4 * kBlock) == want);
+  CHECK(r.dev->dirty_bytes() == 9 * kBlock);
+}
+
 // Ordering rule 9 (doc/design.md): a clean copy is never more durable than
 // the backing data it mirrors. Checked to fail without the rule: with
 // BackingDurability::Provisional returning false (every clean insert
