@@ -68,6 +68,11 @@ Status BackingSuper::SetWritebackOrder(WritebackOrder o) {
   });
 }
 
+Status BackingSuper::SuspendOrder() {
+  lba_switches_.fetch_add(1);  // first, as SetWritebackOrder(lba)
+  return Change([](BackingSuperblock& sb) { sb.consistent_as_of = 0; });
+}
+
 Status BackingSuper::MarkDirty() {
   return Change([](BackingSuperblock& sb) {
     if (sb.state != BackingState::kDirty) {

@@ -48,6 +48,10 @@ class BackingSuper {
   Status Detach() EXCLUDES(mu_);
   Status SetCacheMode(CacheMode m) EXCLUDES(mu_);
   Status SetWritebackOrder(WritebackOrder o) EXCLUDES(mu_);
+  // Rule 17: flush order suspended (a full cache, cache/ordered_gate.h):
+  // what a switch to lba does to the promise — counted in lba_switches,
+  // consistent_as_of cleared, durably — with the order itself kept.
+  Status SuspendOrder() EXCLUDES(mu_);
   Status MarkDirty() EXCLUDES(mu_);
   Status MarkClean() EXCLUDES(mu_);
   // Writeback in `flush` order has put on the device, and flushed, every

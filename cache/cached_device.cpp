@@ -328,7 +328,7 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dirty_refused
 
 bool CachedDevice::OrderMatters() const {
   const CacheKnobs& k = set_->knobs();
-  return k.writeback_order.load(std::memory_order_relaxed) == WritebackOrder::kFlush &&
+  return ordered_.ordered() &&
          (k.cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback ||
           set_->buckets().dirty_buckets() > 0);
 }

@@ -135,6 +135,8 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   uint64_t ordered_waits() const { return ordered_.waits(); }
   uint64_t ordered_wait_us() const { return ordered_.wait_us(); }
   uint64_t ordered_room_retries() const { return ordered_.room_retries(); }
+  uint64_t order_suspensions() const { return ordered_.suspensions(); }
+  bool order_suspended() const { return ordered_.suspended(); }
   // Flush order, older epochs dirty (a backing discard or write-zeroes
   // would wait for all of them — minutes over a spindle): discards answered
   // without reaching the backing device, and write-zeroes of at most

@@ -9,6 +9,7 @@
 #include "cache/dirty_handshake.h"
 #include "cache/epoch_clock.h"
 #include "cache/index_call.h"
+#include "cache/ordered_gate.h"
 #include "cache/writeback.h"
 #include "cache/writethrough_engine.h"
 #include "util/clock.h"
@@ -38,8 +39,7 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
   // writeback_order flush: a bypassed write would reach the backing device
   // ahead of older epochs still in the cache (rule 14); while the set holds
   // dirty data it is absorbed instead, like any other write.
-  if (bypass && (k.writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush ||
-                 c_.set->buckets().dirty_buckets() == 0))
+  if (bypass && (!c_.ordered->ordered() || c_.set->buckets().dirty_buckets() == 0))
     return false;
   // Sync writes (FUA, or right after a FLUSH): up to the sync cutoff.
   if (req.flags & (kIoFua | kIoAfterFlush)) return true;
@@ -47,8 +47,7 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
   // writeback_order flush: turned away here, the write would wait for every
   // older epoch to be written back first (rule 14, cache/ordered_gate.h):
   // absorbed instead, up to the sync cutoff, with writeback at full speed.
-  if (k.writeback_order.load(std::memory_order_relaxed) == WritebackOrder::kFlush &&
-      c_.set->buckets().dirty_buckets() > 0) {
+  if (c_.ordered->ordered() && c_.set->buckets().dirty_buckets() > 0) {
     if (wb && !c_.activity->TurnedAway(NowNanos())) wb->Kick();
     return true;
   }
@@ -157,8 +156,7 @@ Status DirtyWriteEngine::InsertDirty(DirtyOp* op) {
   // device's current write epoch; in flush order an older epoch's version
   // it replaces stays kept until writeback has written that epoch (rule 12).
   EpochRule rule{.epoch = c_.epoch,
-                 .keep_older = c_.set->knobs().writeback_order.load(std::memory_order_relaxed) ==
-                               WritebackOrder::kFlush};
+                 .keep_older = c_.ordered->ordered()};
   // The clock is read before any insert takes an epoch, and the epochs it
   // may have taken are stamped after, before the ack (epoch_clock.h).
   const uint64_t t_ms = UnixMillis();

@@ -22,8 +22,27 @@ OrderedGate::~OrderedGate() {
   assert(waiters_.empty());
 }
 
+bool OrderedGate::ordered() const {
+  return set_->knobs().writeback_order.load(std::memory_order_relaxed) == WritebackOrder::kFlush &&
+         !suspended_.load(std::memory_order_acquire);
+}
+
+void OrderedGate::Suspend() {
+  {
+    // Under mu_, as Enter: a writer that saw the order still in force has
+    // entered its waiter before Advance below looks.
+    MutexLock l(&mu_);
+    suspended_.store(true, std::memory_order_release);
+    suspend_wanted_.store(false, std::memory_order_release);
+  }
+  suspensions_.fetch_add(1, std::memory_order_relaxed);
+  Advance();
+}
+
+void OrderedGate::Resume() { suspended_.store(false, std::memory_order_release); }
+
 bool OrderedGate::MayGo(uint64_t epoch) {
-  if (set_->knobs().writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush) return true;
+  if (!ordered()) return true;
   // Nothing to keep in order: a failed cache's dirty data stays where it is.
   if (set_->failed()) return true;
   std::optional<uint64_t> oldest = set_->index().OldestEpoch(dev_);
@@ -31,8 +50,7 @@ bool OrderedGate::MayGo(uint64_t epoch) {
 }
 
 bool OrderedGate::WouldWait() {
-  if (set_->knobs().writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush ||
-      set_->buckets().dirty_buckets() == 0)
+  if (!ordered() || set_->buckets().dirty_buckets() == 0)
     return false;
   return !MayGo(epoch_->current());
 }
@@ -40,8 +58,7 @@ bool OrderedGate::WouldWait() {
 void OrderedGate::Enter(Callback<void(Verdict)> go, bool room_ok) {
   // The common case costs one load: no dirty data in the set at all
   // (kept versions count into their buckets, rule 15).
-  if (set_->knobs().writeback_order.load(std::memory_order_relaxed) != WritebackOrder::kFlush ||
-      set_->buckets().dirty_buckets() == 0) {
+  if (!ordered() || set_->buckets().dirty_buckets() == 0) {
     go(Verdict::kGo);
     return;
   }
@@ -57,6 +74,10 @@ void OrderedGate::Enter(Callback<void(Verdict)> go, bool room_ok) {
       waiters_.push_back({epoch, now, Reactor::Current(), room_ok, std::move(go)});
       nwaiting_.store(waiters_.size(), std::memory_order_relaxed);
       waits_.fetch_add(1, std::memory_order_relaxed);
+      // Turned away for space: rather than the whole backlog, the order is
+      // suspended (rule 17) — the writeback thread does it, woken below.
+      if (room_ok && set_->knobs().writeback_order_suspend.load(std::memory_order_relaxed))
+        suspend_wanted_.store(true, std::memory_order_release);
       if (!set_->knobs().writeback_running.load(std::memory_order_relaxed) &&
           now - stopped_logged_ns_ >= 10'000'000'000) {
         stopped_logged_ns_ = now;

@@ -25,6 +25,19 @@
 // backlog — minutes (bench/run ordered, dbench at 128 clients) — where room
 // comes after one pass.
 //
+// When that room does not come — the cache full of dirty epochs over a
+// backing device slower than the writes, their kept versions (rule 12)
+// holding the space — a write would still wait for the whole backlog. With
+// writeback_order_suspend (the default) the order is suspended instead
+// (rule 17): the writer asks (suspend_wanted), the writeback thread clears
+// the backing superblock's consistent_as_of durably (BackingSuper::
+// SuspendOrder) and then calls Suspend; from then on the device behaves as
+// in `lba` order — nothing waits here, no kept versions, address-order
+// passes — until the thread sees room below cutoff_writeback and calls
+// Resume. The epochs up to then may be on the backing device out of order,
+// so no time is promised again until they are written back (Writeback::
+// NoteProgress, rule 16). Counted (`order_suspensions`) and logged.
+//
 // A wait costs the client the time writeback needs to reach the epoch:
 // counted (`ordered_waits`, `ordered_wait_us`), and while anything waits
 // the writeback thread runs at full speed, even with writeback_running 0
@@ -81,6 +94,19 @@ class OrderedGate {
   // waiter, told kFenced (its writes fail).
   void Advance(bool fenced = false) EXCLUDES(mu_);
   bool waiting() const { return nwaiting_.load(std::memory_order_relaxed) > 0; }
+  // Whether this device's writes reach the backing device in epoch order
+  // now: writeback_order flush, and not suspended. What every engine and
+  // the writeback thread ask instead of the knob.
+  bool ordered() const;
+  // ---- suspension (rule 17), the writeback thread ----
+  // A write turned away for space waits, and writeback_order_suspend is on.
+  bool suspend_wanted() const { return suspend_wanted_.load(std::memory_order_acquire); }
+  // Only after the backing superblock no longer promises a time: waiters
+  // go (Advance), the device acts as in lba order.
+  void Suspend() EXCLUDES(mu_);
+  void Resume();
+  bool suspended() const { return suspended_.load(std::memory_order_acquire); }
+  uint64_t suspensions() const { return suspensions_.load(std::memory_order_relaxed); }
   // Whether a backing write of the current epoch would wait now.
   bool WouldWait();
 
@@ -111,6 +137,8 @@ class OrderedGate {
   std::atomic<size_t> nwaiting_{0};
   std::atomic<uint64_t> waits_{0}, wait_us_{0}, room_retries_{0};
   uint64_t stopped_logged_ns_ GUARDED_BY(mu_) = 0;
+  std::atomic<bool> suspend_wanted_{false}, suspended_{false};
+  std::atomic<uint64_t> suspensions_{0};
 };
 
 }  // namespace ubcache

@@ -173,7 +173,7 @@ void Writeback::UpdateRate(uint64_t now) {
   // MeasureLag).
   const double lag_target = k.writeback_lag_target.load();
   const double lag_s = static_cast<double>(lag_ms_.load()) / 1000;
-  if (k.writeback_order.load() == WritebackOrder::kFlush && lag_target > 0 && lag_s > lag_target)
+  if (d.ordered->ordered() && lag_target > 0 && lag_s > lag_target)
     target = std::min(target, dirty * lag_target / lag_s);
   double error = dirty - target;
   double p = error / std::max<uint32_t>(1, k.writeback_rate_p_term_inverse.load());
@@ -224,7 +224,7 @@ Writeback::Lag Writeback::MeasureLag(uint64_t now) {
   const uint64_t target = k.writeback_lag_target.load();
   lag_ms_.store(d_.clock->LagMs(lag.oldest, t_ms));
   // Twice the target: the controller (UpdateRate) did not hold it.
-  const bool over = k.writeback_order.load() == WritebackOrder::kFlush && lag.oldest && target > 0 &&
+  const bool over = d_.ordered->ordered() && lag.oldest && target > 0 &&
                     lag.as_of_ms + 2 * target * 1000 < t_ms;
   if (over != lag_over_.load())
     UB_INFO("{}: writeback lag {} twice writeback_lag_target ({} s){}", d_.spec, over ? "past" : "back under",
@@ -233,17 +233,50 @@ Writeback::Lag Writeback::MeasureLag(uint64_t now) {
   return lag;
 }
 
+void Writeback::SuspendOrResumeOrder(uint64_t now) {
+  OrderedGate* g = d_.ordered;
+  CacheKnobs& k = d_.set->knobs();
+  if (g->suspended()) {
+    // Room again, below cutoff_writeback (not just the sync cutoff the
+    // room test uses: no flapping at its edge), or the knobs say so.
+    const bool room = d_.set->in_use_percent() <= k.cutoff_writeback.load() && !d_.set->index().epoch_state_full();
+    if (room || !k.writeback_order_suspend.load() || k.writeback_order.load() != WritebackOrder::kFlush) {
+      g->Resume();
+      UB_INFO("{}: writeback order resumed ({}% of the cache in use): epochs from now on reach the backing "
+              "device in order; consistent_as_of is recorded again once those before are written back",
+              d_.spec, d_.set->in_use_percent());
+    }
+    return;
+  }
+  if (!g->suspend_wanted() || now - last_suspend_try_ < kNs) return;
+  last_suspend_try_ = now;
+  // Rule 17: the promise goes first — durably, before any write the gate
+  // lets go out of order reaches the backing device.
+  Status st = d_.super ? d_.super->SuspendOrder() : Status::OK();
+  if (!st.ok()) {
+    UB_WARN("{}: cannot suspend the writeback order ({}): writes the full cache turned away wait for "
+            "writeback to reach their epoch",
+            d_.spec, st.ToString());
+    return;
+  }
+  g->Suspend();
+  UB_WARN("{}: writeback order suspended: the cache is full of dirty epochs ({}% in use, {} dirty), and a "
+          "write it turned away would wait for all of them. Writes go to the backing device at once and "
+          "writeback runs in address order until the cache has room; the backing device promises no "
+          "consistent time until these epochs are written back (writeback_order_suspend 0 waits instead)",
+          d_.spec, d_.set->in_use_percent(), FormatSize(d_.set->index().DirtyBytes(d_.dev)));
+}
+
 void Writeback::NoteProgress(uint64_t now) {
   if (now - last_progress_ < kNs) return;
   last_progress_ = now;
-  CacheKnobs& k = d_.set->knobs();
   // The count before the order: a stretch of lba order, even one already
   // over, may have put any epoch up to the current one on the device out
   // of order — by writeback in address order, or by a write the gate let
   // through without waiting (cache/ordered_gate.h). A switch after this
   // read stops the record below (BackingSuper counts it first).
   const uint64_t switches = d_.super ? d_.super->lba_switches() : 0;
-  const bool by_epoch = k.writeback_order.load() == WritebackOrder::kFlush;
+  const bool by_epoch = d_.ordered->ordered();  // suspended (rule 17): as lba
   if (!by_epoch || switches != seen_lba_switches_) {
     unordered_through_ = std::max(unordered_through_, d_.epoch->current());
     if (by_epoch) seen_lba_switches_ = switches;
@@ -282,8 +315,9 @@ Writeback::RateDebug Writeback::rate_debug() const {
 
 uint64_t Writeback::Pass(bool full_speed) {
   PassState s;
-  // writeback_order, read once a pass: a pass is wholly one or the other.
-  const bool by_epoch = d_.set->knobs().writeback_order.load() == WritebackOrder::kFlush;
+  // writeback_order (and a suspension, rule 17), read once a pass: a pass
+  // is wholly one or the other.
+  const bool by_epoch = d_.ordered->ordered();
   // Address order has no use for kept versions: the newer dirty data of
   // their ranges goes back in address order like the rest.
   if (!by_epoch && d_.set->index().DropKeptVersions(d_.dev) > 0)
@@ -626,6 +660,7 @@ void Writeback::Loop() {
   while (true) {
     uint64_t now = NowNanos();
     StateTransitions();
+    SuspendOrResumeOrder(now);
     NoteProgress(now);
     d_.ordered->Advance();  // the order or the cache's state may have changed
     if (now - last_update_ >= std::max<uint32_t>(1, k.writeback_rate_update_seconds.load()) * kNs) {

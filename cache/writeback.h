@@ -208,6 +208,10 @@ class Writeback {
   void FlushAndMarkClean(PassState& s);
   void UpdateRate(uint64_t now);
   void StateTransitions();
+  // Rule 17 (cache/ordered_gate.h): suspends flush order when a write the
+  // full cache turned away asks for it (the backing superblock's promise
+  // cleared first, durably), and resumes it once the cache has room.
+  void SuspendOrResumeOrder(uint64_t now);
   // About once a second: forgets the stamps of epochs written back, checks
   // the lag against writeback_lag_target, and records consistent_as_of in
   // the backing superblock (rule 16).
@@ -244,6 +248,7 @@ class Writeback {
   // promised until they are all written back (rule 16).
   uint64_t unordered_through_ = 0;
   uint64_t seen_lba_switches_ = 0;  // BackingSuper::lba_switches as last handled
+  uint64_t last_suspend_try_ = 0;   // SuspendOrResumeOrder's superblock write, at most once a second
   uint64_t recorded_as_of_ = 0;  // unix s: the last consistent_as_of written
   std::atomic<bool> lag_over_{false};  // past twice writeback_lag_target: full speed
   std::atomic<uint64_t> lag_ms_{0};    // MeasureLag's last reading, for UpdateRate

@@ -373,6 +373,11 @@ std::vector<Attribute> BuildTable() {
                       "device about this many seconds old, lowering its dirty target; past twice this, full "
                       "speed (0: no target)",
                       &CacheKnobs::writeback_lag_target, 0, kUint, "seconds", false, "writeback_lag_target_seconds"));
+  t.push_back(IntKnob("writeback_order_suspend", bdev,
+                      "writeback_order flush, the cache full of dirty epochs: 1 suspends the order (no consistent "
+                      "time promised until those epochs are written back) rather than make a write it turned away "
+                      "wait for all of them; 0 waits",
+                      &CacheKnobs::writeback_order_suspend, 0, 1, "", false, "writeback_order_suspend"));
   t.push_back(IntKnob("writeback_running", bdev, "1 runs writeback, 0 pauses it", &CacheKnobs::writeback_running,
                       0, 1, "", false, "writeback_running"));
   t.push_back(IntKnob("writeback_rate", bdev, "writeback rate, bytes/s (the PI controller's output)",
@@ -486,6 +491,16 @@ std::vector<Attribute> BuildTable() {
                    "room again before writeback reached their epoch",
                    "ordered_room_retries_total", MetricType::kCounter,
                    [](Reading& r) { return Value::Int(r.target().device->ordered_room_retries()); }));
+  t.push_back(Stat("order_suspensions", bdev,
+                   "times flush order was suspended because the cache was full of dirty epochs "
+                   "(writeback_order_suspend)",
+                   "order_suspensions_total", MetricType::kCounter,
+                   [](Reading& r) { return Value::Int(r.target().device->order_suspensions()); }));
+  t.push_back(Stat("writeback_order_suspended", bdev,
+                   "1 while flush order is suspended: writes reach the backing device in address order until the "
+                   "cache has room again below cutoff_writeback",
+                   "writeback_order_suspended", MetricType::kGauge,
+                   [](Reading& r) { return Value::Int(r.target().device->order_suspended() ? 1 : 0); }));
   AddServiceTime(t, bdev, "backing", [](Reading& r) -> const ServiceTime& { return r.target().device->backing_time(); });
   {
     Attribute a = Stat("state", bdev, "no cache, clean or dirty, as bcache's state; fenced once another client "

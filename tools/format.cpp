@@ -565,14 +565,16 @@ int ForgetCacheMain(int argc, char** argv) {
                 sb->dirty_since ? TimeString(sb->dirty_since).c_str() : "an unrecorded time",
                 TimeString(sb->consistent_as_of).c_str());
   } else if (sb->state == BackingState::kDirty) {
-    // Writeback in address order (bcache's order; or a superblock from
-    // before consistent_as_of): between two passes the device may hold a
-    // newer block without an older one that a filesystem wrote before it.
+    // Writeback in address order (bcache's order, flush order suspended
+    // while the cache was full, rule 17; or a superblock from before
+    // consistent_as_of): between two passes the device may hold a newer
+    // block without an older one that a filesystem wrote before it.
     std::printf("its cache held data not yet written back: writes since %s are lost or on the\n"
-                "device only in part, written back in address order (writeback_order lba, now\n"
-                "or for a while), so newer blocks may be there without older ones they depend\n"
-                "on. The device held every write acknowledged before then. A filesystem on it\n"
-                "may be inconsistent: run fsck before mounting it; a database, its own recovery.\n",
+                "device only in part, written back in address order (writeback_order lba, or\n"
+                "flush order suspended while the cache was full, now or for a while), so newer\n"
+                "blocks may be there without older ones they depend on. The device held every\n"
+                "write acknowledged before then. A filesystem on it may be inconsistent: run\n"
+                "fsck before mounting it; a database, its own recovery.\n",
                 sb->dirty_since ? TimeString(sb->dirty_since).c_str() : "an unrecorded time");
   } else {
     std::printf("its cache held no dirty data for it: nothing is lost\n");

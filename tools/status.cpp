@@ -28,7 +28,8 @@ namespace {
 const char* const kAttributes[] = {
     "backing_device", "size", "cache_mode", "state", "fence_reason", "stats_total/cache_hit_ratio",
     "stats_five_minute/cache_hit_ratio", "stats_five_minute/cache_hits", "stats_five_minute/cache_misses",
-    "dirty_data", "writeback_rate", "writeback_errors", "writeback_order", "writeback_lag_seconds", "dirty_epochs",
+    "dirty_data", "writeback_rate", "writeback_errors", "writeback_order", "writeback_order_suspended", "writeback_lag_seconds",
+    "dirty_epochs",
     "cache_available_percent", "cache_device", "cache_failed", "io_errors"};
 
 struct Export {
@@ -136,7 +137,8 @@ void PrintText(const std::vector<Daemon>& daemons, size_t problems, size_t expor
       // acknowledged before that long ago (issue 30 item 3).
       std::string lag;
       if (e.Num("dirty_data") > 0 && !e.Text("writeback_lag_seconds").empty())
-        lag = ", " + e.Text("dirty_epochs") + " epochs, " + e.Text("writeback_order") + " order, lag " +
+        lag = ", " + e.Text("dirty_epochs") + " epochs, " + e.Text("writeback_order") + " order" +
+              (e.Num("writeback_order_suspended") ? " (suspended: cache full)" : "") + ", lag " +
               e.Text("writeback_lag_seconds") + " s";
       std::printf("    dirty    %s%s%s\n", FormatSize(e.Num("dirty_data")).c_str(),
                   writeback ? (", writeback " + FormatSize(e.Num("writeback_rate")) + "/s").c_str() : "", lag.c_str());

@@ -254,9 +254,13 @@ class Recorder final : public BlockDevice {
   Recorder(BlockDevice* lower, History* h)
       : BlockDevice("recorder", lower->size(), lower->logical_block_size(), false), lower_(lower), h_(h) {}
 
+  // Called as each backing write is submitted (tests look at the moment).
+  std::function<void(uint64_t offset)> on_write;
+
  protected:
   void DoSubmit(const IoRequest& req, IoDone done) override {
     if (req.op == IoOp::kWrite) {
+      if (on_write) on_write(req.offset);
       h_->Submitted(req.offset, static_cast<const uint8_t*>(req.buf), req.len);
       lower_->Submit(req, [this, req, done = std::move(done)](Status st) mutable {
         if (st.ok()) h_->Completed(req.offset, static_cast<const uint8_t*>(req.buf), req.len, req.flags & kIoFua);
@@ -297,6 +301,8 @@ class SuperWatch final : public BlockDevice {
       : BlockDevice("superwatch", lower->size(), lower->logical_block_size(), false), lower_(std::move(lower)), h_(h) {}
   uint64_t records() const { return records_.load(); }
   uint64_t last_as_of() const { return last_.load(); }
+  // consistent_as_of of the last backing superblock write that completed.
+  uint64_t media_as_of() const { return media_.load(); }
 
  protected:
   void DoSubmit(const IoRequest& req, IoDone done) override {
@@ -311,6 +317,13 @@ class SuperWatch final : public BlockDevice {
         records_++;
         last_ = sb->consistent_as_of;
       }
+      if (sb.ok()) {
+        lower_->Submit(req, [this, t = sb->consistent_as_of, done = std::move(done)](Status st) mutable {
+          if (st.ok()) media_ = t;
+          done(std::move(st));
+        });
+        return;
+      }
     }
     lower_->Submit(req, std::move(done));
   }
@@ -318,7 +331,7 @@ class SuperWatch final : public BlockDevice {
  private:
   std::unique_ptr<BlockDevice> lower_;
   History* h_;
-  std::atomic<uint64_t> records_{0}, last_{0};
+  std::atomic<uint64_t> records_{0}, last_{0}, media_{0};
 };
 
 struct EpochRig {
@@ -536,6 +549,7 @@ TEST_CASE("flush order: writes the cache turns away wait for older epochs (rule 
     EpochRig rig(WritebackOrder::kFlush);
     std::mt19937_64 rng(seed);
     CacheKnobs& k = rig.set->knobs();
+    k.writeback_order_suspend = false;  // strict: the wait itself (rule 17 suspends instead)
     rig.Run(rng, 300);  // absorbed: dirty epochs pile up
     k.cutoff_writeback_sync = 0;
     k.cutoff_writeback = 0;
@@ -551,6 +565,32 @@ TEST_CASE("flush order: writes the cache turns away wait for older epochs (rule 
   }
 }
 
+// With writeback stopped, 1200 epochs of one 4 KiB version each; then
+// writeback passes slowed down (a 1 ms cache device) to see where a wait
+// ends, and both cutoffs set below what is in use, so the next write is
+// turned away for space. Returns the dirty epochs.
+namespace {
+uint64_t FillToTheCutoff(EpochRig& rig, std::mt19937_64& rng) {
+  CacheKnobs& k = rig.set->knobs();
+  k.writeback_running = false;
+  for (int i = 0; i < 1200; i++) {
+    rig.Write(rng() % kBlocks, false);
+    rig.Flush();
+  }
+  const uint64_t backlog = rig.dev->dirty_epochs();
+  const unsigned in_use = rig.set->in_use_percent();
+  INFO("backlog " << backlog << " epochs, " << in_use << "% in use");
+  REQUIRE(backlog >= 1000);
+  REQUIRE(in_use >= 8);
+  FaultConfig slow;
+  slow.latency_us = 1000;
+  rig.cache->SetConfig(slow);
+  k.cutoff_writeback_sync = in_use - 4;
+  k.cutoff_writeback = in_use - 4;
+  return backlog;
+}
+}  // namespace
+
 // Rule 14 and space: a write the cache turns away for space alone (past
 // cutoff_writeback_sync) waits at the gate only until writeback has
 // cleaned enough buckets, then goes into the cache — not until every older
@@ -562,22 +602,8 @@ TEST_CASE("flush order: a write turned away for space waits for room and not for
   EpochRig rig(WritebackOrder::kFlush);
   std::mt19937_64 rng(41);
   CacheKnobs& k = rig.set->knobs();
-  k.writeback_running = false;
-  for (int i = 0; i < 1200; i++) {  // 1200 epochs of one 4 KiB version each
-    rig.Write(rng() % kBlocks, false);
-    rig.Flush();
-  }
-  const uint64_t backlog = rig.dev->dirty_epochs();
-  const unsigned in_use = rig.set->in_use_percent();
-  INFO("backlog " << backlog << " epochs, " << in_use << "% in use");
-  REQUIRE(backlog >= 1000);
-  REQUIRE(in_use >= 8);
-  // Writeback passes slow enough to see where the wait ends.
-  FaultConfig slow;
-  slow.latency_us = 1000;
-  rig.cache->SetConfig(slow);
-  k.cutoff_writeback_sync = in_use - 4;
-  k.cutoff_writeback = in_use - 4;
+  k.writeback_order_suspend = false;  // strict (rule 17's suspension: the next test)
+  const uint64_t backlog = FillToTheCutoff(rig, rng);
   rig.Write(7, false);  // turned away: waits (writeback runs for it) until there is room
   const uint64_t left = rig.dev->dirty_epochs();
   UNSCOPED_INFO(left << " of " << backlog << " epochs still dirty when the write went into the cache");
@@ -594,6 +620,58 @@ TEST_CASE("flush order: a write turned away for space waits for room and not for
   CHECK(rig.history.violations() == 0);
 }
 
+// Rule 17 (cache/ordered_gate.h): with writeback_order_suspend (the
+// default) a write the full cache turns away does not wait at all: the
+// writeback thread first clears the backing superblock's consistent_as_of,
+// durably, then suspends the order and lets the write go, and resumes it
+// once the cache has room. Broken on purpose to see this fail: Suspend()
+// before SuspendOrder() (the media still promises a time when the write
+// reaches the backing device), or the suspension never wanted (the write
+// waits for room: a room retry, no suspension).
+TEST_CASE("flush order: a cache full of dirty epochs suspends the order, promise first, and resumes it with room") {
+  EpochRig rig(WritebackOrder::kFlush);
+  std::mt19937_64 rng(43);
+  CacheKnobs& k = rig.set->knobs();
+  FillToTheCutoff(rig, rng);
+  auto media_as_of = [&] { return rig.watch->media_as_of(); };
+  REQUIRE(media_as_of() != 0);  // flush order, dirty: a time is promised
+  // The backing superblock as the suspended write reaches the backing device.
+  auto as_of_at_write = std::make_shared<std::atomic<uint64_t>>(1);
+  rig.backing->on_write = [as_of_at_write, w = rig.watch](uint64_t offset) {
+    uint64_t unseen = 1;
+    if (offset == 7 * kSpacing) as_of_at_write->compare_exchange_strong(unseen, w->media_as_of());
+  };
+  rig.Write(7, false);
+  // Waiting for the backlog (one epoch at a time, each pass at least one
+  // cache read of 1 ms) would take over a second; the suspension is one
+  // superblock write.
+  UNSCOPED_INFO("the write waited " << rig.dev->ordered_wait_us() << " us");
+  CHECK(rig.dev->ordered_waits() == 1);
+  CHECK(rig.dev->ordered_wait_us() < 1'000'000);
+  CHECK(rig.dev->order_suspensions() == 1);
+  CHECK(rig.dev->ordered_room_retries() == 0);
+  CHECK(*as_of_at_write == 0);  // the promise was gone before the write got there
+  CHECK(media_as_of() == 0);
+  // Suspended (or resumed already): the writes go on.
+  for (int i = 0; i < 20; i++) {
+    rig.Write(rng() % kBlocks, false);
+    rig.Flush();
+  }
+  // Room again: resumed, and no time is promised while the epochs of the
+  // suspension are dirty.
+  rig.cache->SetConfig(FaultConfig{});
+  k.cutoff_writeback_sync = 70;
+  k.cutoff_writeback = 40;
+  for (int i = 0; i < 500 && rig.dev->order_suspended(); i++) {
+    rig.dev->writeback()->Kick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(!rig.dev->order_suspended());
+  CHECK(media_as_of() == 0);
+  k.writeback_running = true;
+  rig.CheckFinal();
+}
+
 // The dirty epochs' state (epoch x stripe counts, kept versions) goes into
 // every checkpoint's bucket table, inside a journal half: past half of that
 // (ExtentIndex::epoch_state_full) the cache takes no dirty write, which in
@@ -608,6 +686,7 @@ TEST_CASE("flush order: the epochs' state stays within its checkpoint budget and
   EpochRig rig(WritebackOrder::kFlush);
   std::mt19937_64 rng(51);
   CacheKnobs& k = rig.set->knobs();
+  k.writeback_order_suspend = false;  // strict: the writes wait (rule 17 would suspend the order)
   k.writeback_running = false;
   uint64_t max_state = 0;
   for (int i = 0; i < 5000; i++) {
