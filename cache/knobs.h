@@ -58,8 +58,9 @@ struct CacheKnobs {
   std::atomic<uint32_t> writeback_lag_target{30};
   // writeback_order flush, a cache full of dirty epochs: true suspends the
   // order (the backing superblock promises no time until the epochs are
-  // written back) rather than make a write it turned away wait for all of
-  // them; false: it waits (cache/ordered_gate.h, rule 17).
+  // written back) once a write it turned away has waited a second for room,
+  // rather than wait for all of them; false: it waits (cache/ordered_gate.h,
+  // rule 17).
   std::atomic<bool> writeback_order_suspend{true};
   // The writeback rate controller's (bcache's PI controller) knobs; bcache
   // keeps rates in 512-byte sectors, these are bytes: 1024 and 8 sectors/s.

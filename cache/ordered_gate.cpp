@@ -33,13 +33,25 @@ void OrderedGate::Suspend() {
     // entered its waiter before Advance below looks.
     MutexLock l(&mu_);
     suspended_.store(true, std::memory_order_release);
-    suspend_wanted_.store(false, std::memory_order_release);
   }
   suspensions_.fetch_add(1, std::memory_order_relaxed);
   Advance();
 }
 
 void OrderedGate::Resume() { suspended_.store(false, std::memory_order_release); }
+
+bool OrderedGate::suspend_wanted(uint64_t now) const {
+  const uint64_t since = room_wait_since_ns_.load(std::memory_order_acquire);
+  return since != 0 && now - since >= kSuspendAfterNs &&
+         set_->knobs().writeback_order_suspend.load(std::memory_order_relaxed);
+}
+
+void OrderedGate::NoteRoomWaitersLocked() {
+  uint64_t since = 0;
+  for (const Waiter& w : waiters_)
+    if (w.room_ok && (since == 0 || w.since_ns < since)) since = w.since_ns;
+  room_wait_since_ns_.store(since, std::memory_order_release);
+}
 
 bool OrderedGate::MayGo(uint64_t epoch) {
   if (!ordered()) return true;
@@ -74,10 +86,10 @@ void OrderedGate::Enter(Callback<void(Verdict)> go, bool room_ok) {
       waiters_.push_back({epoch, now, Reactor::Current(), room_ok, std::move(go)});
       nwaiting_.store(waiters_.size(), std::memory_order_relaxed);
       waits_.fetch_add(1, std::memory_order_relaxed);
-      // Turned away for space: rather than the whole backlog, the order is
-      // suspended (rule 17) — the writeback thread does it, woken below.
-      if (room_ok && set_->knobs().writeback_order_suspend.load(std::memory_order_relaxed))
-        suspend_wanted_.store(true, std::memory_order_release);
+      // Turned away for space: if no room comes, rather than the whole
+      // backlog the order is suspended (rule 17, the writeback thread).
+      if (room_ok && room_wait_since_ns_.load(std::memory_order_relaxed) == 0)
+        room_wait_since_ns_.store(now, std::memory_order_release);
       if (!set_->knobs().writeback_running.load(std::memory_order_relaxed) &&
           now - stopped_logged_ns_ >= 10'000'000'000) {
         stopped_logged_ns_ = now;
@@ -119,6 +131,7 @@ void OrderedGate::Advance(bool fenced) {
       }
     }
     nwaiting_.store(waiters_.size(), std::memory_order_relaxed);
+    if (!ready.empty()) NoteRoomWaitersLocked();
   }
   uint64_t now = NowNanos();
   for (auto& [w, v] : ready) {

@@ -29,7 +29,10 @@
 // backing device slower than the writes, their kept versions (rule 12)
 // holding the space — a write would still wait for the whole backlog. With
 // writeback_order_suspend (the default) the order is suspended instead
-// (rule 17): the writer asks (suspend_wanted), the writeback thread clears
+// (rule 17): once such a write has waited kSuspendAfterNs for room without
+// getting it (suspend_wanted: a short wait for a few epochs' writeback, as
+// when the epochs' record reaches its budget, still ends in the cache), the
+// writeback thread clears
 // the backing superblock's consistent_as_of durably (BackingSuper::
 // SuspendOrder) and then calls Suspend; from then on the device behaves as
 // in `lba` order — nothing waits here, no kept versions, address-order
@@ -99,8 +102,12 @@ class OrderedGate {
   // the writeback thread ask instead of the knob.
   bool ordered() const;
   // ---- suspension (rule 17), the writeback thread ----
-  // A write turned away for space waits, and writeback_order_suspend is on.
-  bool suspend_wanted() const { return suspend_wanted_.load(std::memory_order_acquire); }
+  // How long a write turned away for space waits for room before the
+  // order is suspended for it.
+  static constexpr uint64_t kSuspendAfterNs = 1'000'000'000;
+  // A write turned away for space has waited that long (at `now`), and
+  // writeback_order_suspend is on.
+  bool suspend_wanted(uint64_t now) const;
   // Only after the backing superblock no longer promises a time: waiters
   // go (Advance), the device acts as in lba order.
   void Suspend() EXCLUDES(mu_);
@@ -137,7 +144,10 @@ class OrderedGate {
   std::atomic<size_t> nwaiting_{0};
   std::atomic<uint64_t> waits_{0}, wait_us_{0}, room_retries_{0};
   uint64_t stopped_logged_ns_ GUARDED_BY(mu_) = 0;
-  std::atomic<bool> suspend_wanted_{false}, suspended_{false};
+  std::atomic<bool> suspended_{false};
+  // Since when the oldest waiter that entered with room_ok waits (0: none).
+  std::atomic<uint64_t> room_wait_since_ns_{0};
+  void NoteRoomWaitersLocked() REQUIRES(mu_);
   std::atomic<uint64_t> suspensions_{0};
 };
 

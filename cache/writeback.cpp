@@ -248,7 +248,7 @@ void Writeback::SuspendOrResumeOrder(uint64_t now) {
     }
     return;
   }
-  if (!g->suspend_wanted() || now - last_suspend_try_ < kNs) return;
+  if (!g->suspend_wanted(now) || now - last_suspend_try_ < kNs) return;
   last_suspend_try_ = now;
   // Rule 17: the promise goes first — durably, before any write the gate
   // lets go out of order reaches the backing device.
@@ -261,7 +261,7 @@ void Writeback::SuspendOrResumeOrder(uint64_t now) {
   }
   g->Suspend();
   UB_WARN("{}: writeback order suspended: the cache is full of dirty epochs ({}% in use, {} dirty), and a "
-          "write it turned away would wait for all of them. Writes go to the backing device at once and "
+          "write it turned away has waited a second for room. Writes go to the backing device at once and "
           "writeback runs in address order until the cache has room; the backing device promises no "
           "consistent time until these epochs are written back (writeback_order_suspend 0 waits instead)",
           d_.spec, d_.set->in_use_percent(), FormatSize(d_.set->index().DirtyBytes(d_.dev)));

@@ -375,8 +375,8 @@ std::vector<Attribute> BuildTable() {
                       &CacheKnobs::writeback_lag_target, 0, kUint, "seconds", false, "writeback_lag_target_seconds"));
   t.push_back(IntKnob("writeback_order_suspend", bdev,
                       "writeback_order flush, the cache full of dirty epochs: 1 suspends the order (no consistent "
-                      "time promised until those epochs are written back) rather than make a write it turned away "
-                      "wait for all of them; 0 waits",
+                      "time promised until those epochs are written back) once a write it turned away has waited "
+                      "a second for room, rather than wait for all of them; 0 waits",
                       &CacheKnobs::writeback_order_suspend, 0, 1, "", false, "writeback_order_suspend"));
   t.push_back(IntKnob("writeback_running", bdev, "1 runs writeback, 0 pauses it", &CacheKnobs::writeback_running,
                       0, 1, "", false, "writeback_running"));

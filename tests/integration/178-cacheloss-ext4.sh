@@ -165,7 +165,7 @@ $out"
     "e2fsck -fn exits $rc once an inode is cleared"
 }
 
-SUMMARY=() FLUSH_BEFORE_T=0
+SUMMARY=() FLUSH_BEFORE_T=0 SUSPENDED=0
 # cycle I ORDER — one cache loss in writeback_order ORDER (flush; lba for the control).
 cycle() {
   local i=$1 order=$2 dir=$WORK/c$1
@@ -244,9 +244,17 @@ cycle() {
   t=$(sb "$backing" consistent_as_of)
   t_utc=$(awk '$1 == "consistent_as_of_utc" {$1 = ""; print substr($0, 2)}' "$dir/super.txt")
   [[ $t =~ ^[0-9]+$ ]] || fail "cycle $i: show-super prints no consistent_as_of (a number): $(cat "$dir/super.txt")"
+  # Rule 17: a cache full of dirty epochs may have suspended flush order
+  # (the log says so): then no time may be promised, and the cycle is only
+  # logged, as the lba control is.
+  local suspended=0
+  [[ $order == flush ]] && grep -q "writeback order suspended" "$SERVER_LOG" && suspended=1
   if [[ $order == lba ]]; then
     ((t == 0)) || fail "cycle $i (lba): consistent_as_of $t ($t_utc), want 0: address order promises nothing"
     before=0
+  elif ((suspended)); then
+    ((t == 0)) || fail "cycle $i: flush order was suspended for a full cache (rule 17), yet consistent_as_of is $t ($t_utc)"
+    before=0 SUSPENDED=$((SUSPENDED + 1))
   elif [[ $state == dirty ]]; then
     ((t > 0)) || fail "cycle $i: the device is dirty in flush order, yet consistent_as_of is 0 (no promise)"
     before=$t lag=$(since "$t_kill" "$t")
@@ -257,6 +265,10 @@ cycle() {
   "$UBCACHE" forget-cache --yes "$backing" >"$dir/forget.log" 2>&1 ||
     fail "cycle $i: forget-cache --yes: $(cat "$dir/forget.log")"
   [[ $(sb "$backing" state) == none ]] || fail "cycle $i: state $(sb "$backing" state) after forget-cache --yes"
+  if ((suspended)) && [[ $state == dirty ]]; then
+    grep -q "fsck before mounting" "$dir/forget.log" ||
+      fail "cycle $i: the order was suspended, yet forget-cache does not ask for fsck: $(cat "$dir/forget.log")"
+  fi
   dd if="$backing" of="$img" bs=1M iflag=skip_bytes skip="$off" conv=sparse status=none
   [[ $(stat -c %s "$img") == $((SIZE - off)) ]] || fail "cycle $i: the copy of the data region is $(stat -c %s "$img") bytes"
 
@@ -284,6 +296,7 @@ cycle() {
 
   local what="state $state, consistent_as_of $t ($t_utc), $lag s before the kill"
   [[ $order == flush ]] || what="state $state, consistent_as_of $t"
+  ((suspended)) && what="state $state, consistent_as_of $t: flush order suspended (rule 17)"
   log "cycle $i ($order): dbench $CLIENTS x $dbrate MB/s, writeback_rate $wbrate, killed after $delay ms" \
     "with $(mib "$dirty") MiB dirty; $what | $(sed 's/^fsync_writer: //; s/, fsyncs returned.*;/;/' "$dir/writer.log")" \
     "| $check | $fsck"
@@ -292,10 +305,11 @@ $(grep '^NOTE: ' "$dir/check.log" | head -n 10)"
   log "  per second (s: dirty MiB, written back MiB, T behind by s): $(awk '{printf "%s: %.0f %.0f %s, ", $1,
     $3 / 1048576, $7 / 1048576, ($5 > 0 ? sprintf("%.1f", $2 - $5) : "-")}' "$dir/samples")"
   [[ $order == flush ]] && what="T $lag s before the kill" || what="no T"
+  ((suspended)) && what="no T (suspended)"
   SUMMARY+=("cycle $i ($order): $(mib "$dirty") MiB dirty, $what; $check; $fsck")
 
-  if [[ $order == lba ]]; then
-    ((frc == 0 && rrc <= 1)) || log "  lba control, e2fsck -fn says: $(grep -vE '^(Pass [0-9]|e2fsck [0-9])' "$dir/fsck.log" |
+  if [[ $order == lba ]] || ((suspended)); then
+    ((frc == 0 && rrc <= 1)) || log "  $order$( ((suspended)) && echo ' (suspended)'), e2fsck -fn says: $(grep -vE '^(Pass [0-9]|e2fsck [0-9])' "$dir/fsck.log" |
       grep . | head -n 6 | tr '\n' ' ')"
   else
     FLUSH_BEFORE_T=$((FLUSH_BEFORE_T + $(grep -oE 'fsynced before T: [0-9]+' <<<"$check" | grep -oE '[0-9]+$')))
@@ -329,6 +343,7 @@ if ((CONTROL)); then
   cycle 0 lba
 fi
 for s in "${SUMMARY[@]}"; do log "summary: $s"; done
+((SUSPENDED < CYCLES)) || fail "flush order was suspended (a full cache, rule 17) in every cycle: the promise was never tested"
 soft_fail_report
 ((FLUSH_BEFORE_T > 0)) || fail "no file was fsynced before consistent_as_of in any cycle: the promise was never tested"
 ((SELFTEST_DONE)) || fail "the self-check on a doctored copy never ran (no cycle had two intact files fsynced before T)"

@@ -33,6 +33,7 @@
 #include "cache/cache_set.h"
 #include "cache/cached_device.h"
 #include "cache/epoch_clock.h"
+#include "cache/ordered_gate.h"
 #include "cache/superblock.h"
 #include "util/aligned_buffer.h"
 #include "util/endian.h"
@@ -621,18 +622,25 @@ TEST_CASE("flush order: a write turned away for space waits for room and not for
 }
 
 // Rule 17 (cache/ordered_gate.h): with writeback_order_suspend (the
-// default) a write the full cache turns away does not wait at all: the
-// writeback thread first clears the backing superblock's consistent_as_of,
-// durably, then suspends the order and lets the write go, and resumes it
-// once the cache has room. Broken on purpose to see this fail: Suspend()
-// before SuspendOrder() (the media still promises a time when the write
-// reaches the backing device), or the suspension never wanted (the write
-// waits for room: a room retry, no suspension).
+// default) a write the full cache turns away, and that finds no room within
+// a second, does not wait for the backlog: the writeback thread first clears
+// the backing superblock's consistent_as_of, durably, then suspends the
+// order and lets the write go, and resumes it once the cache has room.
+// Broken on purpose to see this fail: Suspend() before SuspendOrder() (the
+// media still promises a time when the write reaches the backing device),
+// or the suspension never wanted (the write waits for the whole backlog).
 TEST_CASE("flush order: a cache full of dirty epochs suspends the order, promise first, and resumes it with room") {
   EpochRig rig(WritebackOrder::kFlush);
   std::mt19937_64 rng(43);
   CacheKnobs& k = rig.set->knobs();
   FillToTheCutoff(rig, rng);
+  // No room until nearly all is written back, each pass slower than its
+  // epoch is worth: the backlog would take many seconds.
+  k.cutoff_writeback_sync = 0;
+  k.cutoff_writeback = 0;
+  FaultConfig slow;
+  slow.latency_us = 5000;
+  rig.cache->SetConfig(slow);
   auto media_as_of = [&] { return rig.watch->media_as_of(); };
   REQUIRE(media_as_of() != 0);  // flush order, dirty: a time is promised
   // The backing superblock as the suspended write reaches the backing device.
@@ -642,21 +650,23 @@ TEST_CASE("flush order: a cache full of dirty epochs suspends the order, promise
     if (offset == 7 * kSpacing) as_of_at_write->compare_exchange_strong(unseen, w->media_as_of());
   };
   rig.Write(7, false);
-  // Waiting for the backlog (one epoch at a time, each pass at least one
-  // cache read of 1 ms) would take over a second; the suspension is one
-  // superblock write.
+  // The backlog: over 1000 epochs, each pass at least one 5 ms cache read;
+  // the suspension: a second's wait for room, then a superblock write.
   UNSCOPED_INFO("the write waited " << rig.dev->ordered_wait_us() << " us");
   CHECK(rig.dev->ordered_waits() == 1);
-  CHECK(rig.dev->ordered_wait_us() < 1'000'000);
+  CHECK(rig.dev->ordered_wait_us() >= OrderedGate::kSuspendAfterNs / 1000);
+  CHECK(rig.dev->ordered_wait_us() < 4'000'000);
   CHECK(rig.dev->order_suspensions() == 1);
   CHECK(rig.dev->ordered_room_retries() == 0);
   CHECK(*as_of_at_write == 0);  // the promise was gone before the write got there
   CHECK(media_as_of() == 0);
-  // Suspended (or resumed already): the writes go on.
+  CHECK(rig.dev->order_suspended());  // no room below cutoff_writeback 0
+  // Suspended: the writes the cache turns away go at once.
   for (int i = 0; i < 20; i++) {
     rig.Write(rng() % kBlocks, false);
     rig.Flush();
   }
+  CHECK(rig.dev->ordered_waits() == 1);
   // Room again: resumed, and no time is promised while the epochs of the
   // suspension are dirty.
   rig.cache->SetConfig(FaultConfig{});
