@@ -70,15 +70,21 @@ Status BackingSuper::SetWritebackOrder(WritebackOrder o) {
 
 Status BackingSuper::SuspendOrder() {
   lba_switches_.fetch_add(1);  // first, as SetWritebackOrder(lba)
-  return Change([](BackingSuperblock& sb) { sb.consistent_as_of = 0; });
+  order_suspended_.store(true);
+  Status st = Change([](BackingSuperblock& sb) { sb.consistent_as_of = 0; });
+  if (!st.ok()) order_suspended_.store(false);  // not suspended: the writes still wait
+  return st;
 }
 
 Status BackingSuper::MarkDirty() {
-  return Change([](BackingSuperblock& sb) {
+  return Change([this](BackingSuperblock& sb) {
     if (sb.state != BackingState::kDirty) {
       sb.dirty_since = static_cast<uint64_t>(std::time(nullptr));
-      // Clean until now: everything acknowledged so far is on the device.
-      sb.consistent_as_of = sb.writeback_order == WritebackOrder::kFlush ? sb.dirty_since : 0;
+      // Clean until now: everything acknowledged so far is on the device —
+      // a promise only if what follows reaches it in order (not while
+      // the order is suspended, rule 17).
+      sb.consistent_as_of =
+          sb.writeback_order == WritebackOrder::kFlush && !order_suspended_.load() ? sb.dirty_since : 0;
     }
     sb.state = BackingState::kDirty;
   });

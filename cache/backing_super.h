@@ -50,8 +50,11 @@ class BackingSuper {
   Status SetWritebackOrder(WritebackOrder o) EXCLUDES(mu_);
   // Rule 17: flush order suspended (a full cache, cache/ordered_gate.h):
   // what a switch to lba does to the promise — counted in lba_switches,
-  // consistent_as_of cleared, durably — with the order itself kept.
+  // consistent_as_of cleared, durably — with the order itself kept. Until
+  // ResumeOrder, MarkDirty promises no time either: writes reach the
+  // device out of order meanwhile.
   Status SuspendOrder() EXCLUDES(mu_);
+  void ResumeOrder() { order_suspended_.store(false); }
   Status MarkDirty() EXCLUDES(mu_);
   Status MarkClean() EXCLUDES(mu_);
   // Writeback in `flush` order has put on the device, and flushed, every
@@ -73,6 +76,7 @@ class BackingSuper {
   mutable Mutex mu_;
   BackingSuperblock sb_ GUARDED_BY(mu_);
   std::atomic<uint64_t> lba_switches_{0};
+  std::atomic<bool> order_suspended_{false};
 };
 
 }  // namespace ubcache

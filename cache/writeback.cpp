@@ -242,6 +242,7 @@ void Writeback::SuspendOrResumeOrder(uint64_t now) {
     const bool room = d_.set->in_use_percent() <= k.cutoff_writeback.load() && !d_.set->index().epoch_state_full();
     if (room || !k.writeback_order_suspend.load() || k.writeback_order.load() != WritebackOrder::kFlush) {
       g->Resume();
+      if (d_.super) d_.super->ResumeOrder();
       UB_INFO("{}: writeback order resumed ({}% of the cache in use): epochs from now on reach the backing "
               "device in order; consistent_as_of is recorded again once those before are written back",
               d_.spec, d_.set->in_use_percent());

@@ -667,6 +667,18 @@ TEST_CASE("flush order: a cache full of dirty epochs suspends the order, promise
     rig.Flush();
   }
   CHECK(rig.dev->ordered_waits() == 1);
+  // Written back to clean while suspended, then dirty again: the backing
+  // superblock's dirty mark promises no time either (the writes after it
+  // go out of order until the order resumes). Fails with MarkDirty
+  // ignoring the suspension.
+  REQUIRE(rig.dev->writeback()->Drain([](const std::string&) {}).ok());
+  CHECK(rig.dev->order_suspended());
+  k.cutoff_writeback_sync = 70;  // a FUA write is taken dirty again; cutoff_writeback 0 keeps it suspended
+  rig.Write(3, true);
+  for (int i = 0; i < 200 && rig.super->state() != BackingState::kDirty; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(rig.super->state() == BackingState::kDirty);
+  CHECK(media_as_of() == 0);
   // Room again: resumed, and no time is promised while the epochs of the
   // suspension are dirty.
   rig.cache->SetConfig(FaultConfig{});
