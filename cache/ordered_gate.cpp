@@ -42,7 +42,9 @@ void OrderedGate::Resume() { suspended_.store(false, std::memory_order_release);
 
 bool OrderedGate::suspend_wanted(uint64_t now) const {
   const uint64_t since = room_wait_since_ns_.load(std::memory_order_acquire);
-  return since != 0 && now - since >= kSuspendAfterNs &&
+  // `now` may have been read before the waiter entered (the writeback
+  // thread reads the clock at the top of its loop): no wraparound.
+  return since != 0 && now > since && now - since >= kSuspendAfterNs &&
          set_->knobs().writeback_order_suspend.load(std::memory_order_relaxed);
 }
 
