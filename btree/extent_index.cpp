@@ -569,12 +569,8 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
   uint64_t end = start + len;
   ShardLocks locks(this, ShardsFor(dev, start, end));
-  for (uint32_t id : locks.ids()) {  // without I/O: every node first (see the header)
-    Shard* sh = shards_[id].get();
-    sh->mu.AssertHeld();
-    if (!IsServingThread()) break;
-    UB_RETURN_IF_ERROR(ProbeLocked(sh, id, dev, start, end, false));
-  }
+  // Without I/O: every node first (see the header).
+  if (IsServingThread()) UB_RETURN_IF_ERROR(ProbeMutationLocked(locks, dev, start, end, false));
   MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
   Status result;
   std::vector<Extent> cur, removed;
@@ -607,12 +603,8 @@ Status ExtentIndex::MarkWrite(uint32_t dev, uint64_t start, uint64_t len, bool* 
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
   uint64_t end = start + len;
   ShardLocks locks(this, ShardsFor(dev, start, end));
-  for (uint32_t id : locks.ids()) {  // without I/O: every node first (see the header)
-    Shard* sh = shards_[id].get();
-    sh->mu.AssertHeld();
-    if (!IsServingThread()) break;
-    UB_RETURN_IF_ERROR(ProbeLocked(sh, id, dev, start, end, false));
-  }
+  // Without I/O: every node first (see the header).
+  if (IsServingThread()) UB_RETURN_IF_ERROR(ProbeMutationLocked(locks, dev, start, end, false));
   MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
   std::vector<Extent> cur;
   for (uint32_t id : locks.ids()) {
