@@ -31,7 +31,9 @@
 #
 # The targets run in a fixed order, and the whole order is repeated: A B C …
 # A B C … (--quick: once, writeback only untuned, tuned and shipped).
-# Environment TUNE_SECONDS, TUNE_REPEAT, TUNE_FILESET, TUNE_CONFIGS override;
+# Environment TUNE_SECONDS, TUNE_REPEAT, TUNE_FILESET, TUNE_CONFIGS,
+# TUNE_CACHE_SIZE, TUNE_BACKING_SIZE override (issue 29's half-cache case:
+# TUNE_CACHE_SIZE=1G TUNE_FILESET=512M TUNE_CONFIGS="wb:tuned wb:shipped");
 # TUNE_SERVE_ARGS adds serve flags to every ubcache config (an experiment:
 # e.g. `--set writeback_lag_target=0`).
 set -euo pipefail
@@ -48,6 +50,7 @@ else
            wb:untuned wb:tuned wb:cutoff0 wb:cong0 wb:shipped wb:lba)
 fi
 [[ -n ${TUNE_CONFIGS:-} ]] && read -ra configs <<<"$TUNE_CONFIGS"
+CACHE_SIZE=${TUNE_CACHE_SIZE:-$CACHE_SIZE} BACKING_SIZE=${TUNE_BACKING_SIZE:-$BACKING_SIZE}
 CACHE=$WORK/tuning-cache.img
 BACKING=$WORK/tuning-backing.img
 sized_file "$CACHE" $CACHE_SIZE
