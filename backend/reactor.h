@@ -106,10 +106,15 @@ class Reactor {
  private:
   // How long a recently busy reactor polls before it sleeps (0: never).
   static constexpr uint64_t kSpinNs = 50'000;
+  // How long it polls while more than kShallowDiskQueue of its disk I/Os
+  // are in flight: their completions come in bursts with gaps longer than
+  // kSpinNs, and sleeping through a gap costs a wakeup per burst.
+  static constexpr uint64_t kDeepDiskSpinNs = 200'000;
   // A reactor with at most this many disk I/Os in flight (and at least one)
   // sleeps instead of spinning: its next event is the disk's.
   static constexpr uint64_t kShallowDiskQueue = 2;
-  // Polls the ring until work shows up (true) or kSpinNs pass (false).
+  // Polls the ring until work shows up (true) or the spin's time passes
+  // (false).
   bool SpinForWork();
   Reactor() = default;
   class Waker;

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 enum {
@@ -47,10 +48,29 @@ struct op {
   unsigned char hdr[16];
   void* buf;
   size_t cap;
+  uint64_t issued_ns;  // MIN_STATS: when its disk read was queued
 };
 
 static struct op ops[kMaxOps + 1];
 static struct io_uring ring;
+static uint64_t spin_ns;
+
+// MIN_STATS: per connection, the disk reads' time-weighted depth (queued,
+// not yet reaped) and mean latency, and the reads per io_uring_enter.
+static int stats;
+static uint64_t st_reads, st_lat_ns, st_depth_ns, st_last_ns, st_start_ns, st_enters;
+static int st_depth;
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+static void depth_change(int delta) {
+  uint64_t n = now_ns();
+  if (st_last_ns) st_depth_ns += (uint64_t)st_depth * (n - st_last_ns);
+  st_last_ns = n;
+  st_depth += delta;
+}
 static int file_fd;
 static uint64_t file_size;
 
@@ -225,6 +245,7 @@ static int take_requests(int fd, unsigned char* buf, size_t* start, size_t end) 
       sqe = io_uring_get_sqe(&ring);
     }
     io_uring_prep_read(sqe, file_fd, o->buf, len, off);
+    if (stats) o->issued_ns = now_ns(), depth_change(1);
     io_uring_sqe_set_data64(sqe, (uint64_t)(o - ops));
   }
   return 0;
@@ -251,7 +272,17 @@ static void serve(int fd) {
       for (int i = 1; i <= kMaxOps; i++) busy |= ops[i].busy;
       if (!busy) return;
     }
+    if (spin_ns) {
+      // MIN_SPIN_US: poll the CQ that long before sleeping (an experiment).
+      io_uring_submit(&ring);
+      struct timespec t0, t;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      do clock_gettime(CLOCK_MONOTONIC, &t);
+      while (io_uring_cq_ready(&ring) == 0 &&
+             (uint64_t)((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec)) < spin_ns);
+    }
     io_uring_submit_and_wait(&ring, 1);
+    st_enters++;
     struct io_uring_cqe* cqe;
     unsigned head, n = 0;
     io_uring_for_each_cqe(&ring, head, cqe) {
@@ -284,6 +315,7 @@ static void serve(int fd) {
         continue;
       }
       struct op* o = &ops[tag];
+      if (stats) st_reads++, st_lat_ns += now_ns() - o->issued_ns, depth_change(-1);
       queue_reply(fd, o, res == (int)o->len ? 0 : 5, res == (int)o->len);  // EIO on a short read
     }
     io_uring_cq_advance(&ring, n);
@@ -302,7 +334,16 @@ int main(int argc, char** argv) {
   struct stat st;
   if (fstat(file_fd, &st)) die("fstat");
   file_size = (uint64_t)st.st_size;
-  if (io_uring_queue_init(512, &ring, 0)) die("io_uring_queue_init");
+  // Experiments (issue 28's QD32 question: does another submission
+  // pattern get more from this machine?): MIN_RING_FLAGS, io_uring setup
+  // flags (e.g. 0x3100: COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN; 2:
+  // SQPOLL); MIN_SPIN_US, how long to poll the CQ before sleeping.
+  const char* env = getenv("MIN_RING_FLAGS");
+  unsigned flags = env ? (unsigned)strtoul(env, NULL, 0) : 0;
+  stats = getenv("MIN_STATS") != NULL;
+  env = getenv("MIN_SPIN_US");
+  spin_ns = env ? strtoull(env, NULL, 0) * 1000 : 0;
+  if (io_uring_queue_init(512, &ring, flags)) die("io_uring_queue_init");
   int ls = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   if (strlen(argv[1]) >= sizeof a.sun_path) return 2;
@@ -312,7 +353,15 @@ int main(int argc, char** argv) {
   for (;;) {
     int fd = accept(ls, NULL, NULL);
     if (fd < 0) die("accept");
+    st_reads = st_lat_ns = st_depth_ns = st_last_ns = st_enters = 0;
+    st_depth = 0;
+    st_start_ns = now_ns();
     if (handshake(fd) == 0) serve(fd);
+    if (stats && st_reads)
+      fprintf(stderr, "nbd_min_responder: %llu reads, %.0f/s, disk depth %.1f (time-weighted), latency %.0f us, %.2f reads per io_uring_enter\n",
+              (unsigned long long)st_reads, st_reads * 1e9 / (now_ns() - st_start_ns),
+              st_depth_ns / (double)(now_ns() - st_start_ns), st_lat_ns / 1000.0 / st_reads,
+              st_reads / (double)st_enters);
     close(fd);
   }
 }
