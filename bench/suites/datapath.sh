@@ -17,8 +17,9 @@
 #   nbdkit    nbdkit memory SIZE (written in full first)
 #   null      nbdkit null SIZE: no I/O at all, the protocol and fio's client
 #   min       bench/nbd_min_responder DATA: the least an io_uring NBD server
-#             does for a read (recv, O_DIRECT read, writev; nothing else) —
-#             what this machine carries with a client, a server and the disk
+#             does for a read (recv, O_DIRECT read, writev, a 200 us poll
+#             before it sleeps; nothing else) — what this machine carries
+#             with a client, a server and the disk
 #   wb        ubcache serve --cache C2 --backing B2 --cache-mode writeback
 #             (formatted; cutoff and thresholds 0): writes land in the cache
 # Workloads: 4 KiB randread QD1 and QD32, 1 MiB sequential read QD8 (raw,
