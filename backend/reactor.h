@@ -94,19 +94,24 @@ class Reactor {
   // Number of SQEs handed out and not yet completed.
   uint64_t inflight() const { return inflight_; }
 
-  // A disk read or write (UringDevice, not a socket) submitted on this ring,
-  // and its completion. While one or two are in flight, the reactor sleeps
-  // instead of spinning (SpinForWork). Reactor thread.
-  void DiskIoStarted() { disk_inflight_++; }
-  void DiskIoDone() {
+  // A disk I/O (UringDevice, not a socket; `read`: a read) submitted on
+  // this ring, and its completion. While one or two are in flight, the
+  // reactor sleeps instead of spinning; with more reads in flight it spins
+  // longer (SpinForWork). Reactor thread.
+  void DiskIoStarted(bool read) {
+    disk_inflight_++;
+    disk_reads_inflight_ += read;
+  }
+  void DiskIoDone(bool read) {
     disk_inflight_--;
+    disk_reads_inflight_ -= read;
     disk_reaped_ = true;
   }
 
  private:
   // How long a recently busy reactor polls before it sleeps (0: never).
   static constexpr uint64_t kSpinNs = 50'000;
-  // How long it polls while more than kShallowDiskQueue of its disk I/Os
+  // How long it polls while more than kShallowDiskQueue of its disk reads
   // are in flight: their completions come in bursts with gaps longer than
   // kSpinNs, and sleeping through a gap costs a wakeup per burst.
   static constexpr uint64_t kDeepDiskSpinNs = 200'000;
@@ -147,6 +152,7 @@ class Reactor {
   // busy a moment ago polls its ring briefly before it sleeps.
   uint64_t last_reaped_ns_ = 0;
   uint64_t disk_inflight_ = 0;
+  uint64_t disk_reads_inflight_ = 0;
   // A disk I/O completed in this turn's reap, and when the last such reap
   // was (NowNanos()): a reactor whose disk queue just drained sleeps too.
   bool disk_reaped_ = false;
