@@ -139,7 +139,7 @@ void Journal::AppendAsync(Kind kind, const uint8_t* data, size_t len, const Subm
       // Placed now, so the next record chains onto it; taken back if the
       // write fails (the next one then takes its place and its index).
       placed_.push_back({pos, blocks, csum});
-      tail_ = pos + bytes;
+      SetTailLocked(pos + bytes);
       unflushed_ = true;
       at = o_.offset + pos;
     }
@@ -155,7 +155,7 @@ void Journal::AppendAsync(Kind kind, const uint8_t* data, size_t len, const Subm
       MutexLock l(&mu_);
       if (!st.ok()) {
         placed_.pop_back();
-        tail_ = pos;
+        SetTailLocked(pos);
       }
       async_ = false;
     }
@@ -207,7 +207,7 @@ Status Journal::ResetLocked(const std::vector<Record>& carry) {
   uint64_t csum = 0, blocks = 0;
   open_ = false;
   UB_RETURN_IF_ERROR(WriteRecord(0, Kind::kStart, 0, 0, nullptr, 0, false, &csum, &blocks));
-  tail_ = blocks * o_.block_size;
+  SetTailLocked(blocks * o_.block_size);
   start_csum_ = csum;
   placed_.clear();
   open_ = true;
@@ -258,7 +258,7 @@ Status Journal::Scan(std::vector<Record>* out) {
     pos += uint64_t{h.blocks} * bs;
   }
   if (!started) return Status::NotFound("no journal start record");
-  tail_ = pos;
+  SetTailLocked(pos);
   open_ = true;
   unflushed_ = true;  // what was read may still be only in the device's cache
   return Status::OK();
@@ -277,7 +277,7 @@ Status Journal::AppendLocked(Kind kind, const uint8_t* data, size_t len, bool so
   UB_RETURN_IF_ERROR(
       WriteRecord(tail_, kind, placed_.size() + 1, prev, data, len, soft, &csum, &blocks));
   placed_.push_back({tail_, blocks, csum});
-  tail_ += blocks * o_.block_size;
+  SetTailLocked(tail_ + blocks * o_.block_size);
   return Status::OK();
 }
 
@@ -311,7 +311,7 @@ Status Journal::Truncate(size_t keep, const std::vector<uint8_t>* partial) {
     if (tail_ != tail || keep >= all.size())
       return Status::Corruption("cache journal changed under Truncate");
   }
-  tail_ = placed_[keep].pos;
+  SetTailLocked(placed_[keep].pos);
   placed_.resize(keep);
   if (!partial) {
     // Durably end the journal here: a later scan must not find the dropped
@@ -326,8 +326,13 @@ Status Journal::Truncate(size_t keep, const std::vector<uint8_t>* partial) {
 }
 
 uint64_t Journal::used() const {
-  MutexLock l(&mu_);
-  return tail_;
+  // Without mu_: a serving reactor asks this after its soft record
+  // completed (CacheSet::EndSoftCommit), when another thread may hold mu_
+  // across a synchronous record write — which, under a fault device that
+  // holds writes behind a flush on that very reactor, never ended (test
+  // 121 under ASan: reactor0 waited for mu_, ub-refill held it for a gens
+  // record held behind reactor0's flush).
+  return used_.load(std::memory_order_relaxed);
 }
 
 bool Journal::open() const {

@@ -40,6 +40,7 @@
 // it (cache_set.h), and nothing here calls back out.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -104,7 +105,7 @@ class Journal {
   Status Truncate(size_t keep, const std::vector<uint8_t>* partial) EXCLUDES(mu_);
 
   uint64_t capacity() const EXCLUDES(mu_);
-  uint64_t used() const EXCLUDES(mu_);  // bytes of records, start record included
+  uint64_t used() const;  // bytes of records, start record included; lock-free
   bool open() const EXCLUDES(mu_);
 
  private:
@@ -135,6 +136,11 @@ class Journal {
   bool open_ GUARDED_BY(mu_) = false;
   uint64_t nonce_ GUARDED_BY(mu_) = 0;
   uint64_t tail_ GUARDED_BY(mu_) = 0;        // journal byte of the next record
+  std::atomic<uint64_t> used_{0};             // tail_, for used() without mu_
+  void SetTailLocked(uint64_t tail) REQUIRES(mu_) {
+    tail_ = tail;
+    used_.store(tail, std::memory_order_relaxed);
+  }
   uint64_t start_csum_ GUARDED_BY(mu_) = 0;  // csum of the start record
   bool unflushed_ GUARDED_BY(mu_) = false;   // a record may not be durable yet
   std::vector<Placed> placed_ GUARDED_BY(mu_);  // records after the start record
