@@ -185,6 +185,7 @@ Status Journal::SwitchTo(uint64_t offset, uint64_t bytes, const std::vector<Reco
   WaitAsyncLocked();
   o_.offset = offset;
   o_.bytes = bytes;
+  capacity_.store(bytes, std::memory_order_relaxed);
   open_ = false;
   return scan ? Scan(nullptr) : ResetLocked(carry);
 }
@@ -192,11 +193,6 @@ Status Journal::SwitchTo(uint64_t offset, uint64_t bytes, const std::vector<Reco
 uint64_t Journal::offset() const {
   MutexLock l(&mu_);
   return o_.offset;
-}
-
-uint64_t Journal::capacity() const {
-  MutexLock l(&mu_);
-  return o_.bytes;
 }
 
 Status Journal::ResetLocked(const std::vector<Record>& carry) {
@@ -323,16 +319,6 @@ Status Journal::Truncate(size_t keep, const std::vector<uint8_t>* partial) {
   // The replacement takes the dropped record's index with a different csum,
   // so records after it never chain onto it.
   return AppendLocked(all[keep].kind, partial->data(), partial->size(), false);
-}
-
-uint64_t Journal::used() const {
-  // Without mu_: a serving reactor asks this after its soft record
-  // completed (CacheSet::EndSoftCommit), when another thread may hold mu_
-  // across a synchronous record write — which, under a fault device that
-  // holds writes behind a flush on that very reactor, never ended (test
-  // 121 under ASan: reactor0 waited for mu_, ub-refill held it for a gens
-  // record held behind reactor0's flush).
-  return used_.load(std::memory_order_relaxed);
 }
 
 bool Journal::open() const {

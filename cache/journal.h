@@ -67,7 +67,7 @@ class Journal {
   };
   using IoFn = std::function<Status(const IoRequest&)>;
 
-  Journal(IoFn io, Options o) : io_(std::move(io)), o_(o) {}
+  Journal(IoFn io, Options o) : io_(std::move(io)), o_(o), capacity_(o.bytes) {}
 
   // Reads the journal on the device and positions appends after its last
   // valid record. NotFound when there is no valid start record.
@@ -104,8 +104,10 @@ class Journal {
   // after is dropped durably (it never chains on again).
   Status Truncate(size_t keep, const std::vector<uint8_t>* partial) EXCLUDES(mu_);
 
-  uint64_t capacity() const EXCLUDES(mu_);
-  uint64_t used() const;  // bytes of records, start record included; lock-free
+  // Both without mu_ (CacheSet::EndSoftCommit asks them on a serving
+  // reactor, while another thread may hold mu_ across a record write).
+  uint64_t capacity() const { return capacity_.load(std::memory_order_relaxed); }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }  // start record included
   bool open() const EXCLUDES(mu_);
 
  private:
@@ -136,6 +138,7 @@ class Journal {
   bool open_ GUARDED_BY(mu_) = false;
   uint64_t nonce_ GUARDED_BY(mu_) = 0;
   uint64_t tail_ GUARDED_BY(mu_) = 0;        // journal byte of the next record
+  std::atomic<uint64_t> capacity_;            // o_.bytes, for capacity() without mu_
   std::atomic<uint64_t> used_{0};             // tail_, for used() without mu_
   void SetTailLocked(uint64_t tail) REQUIRES(mu_) {
     tail_ = tail;
