@@ -277,11 +277,9 @@ static void serve(int fd) {
     if (spin_ns) {
       // MIN_SPIN_US: poll the CQ that long before sleeping (an experiment).
       io_uring_submit(&ring);
-      struct timespec t0, t;
-      clock_gettime(CLOCK_MONOTONIC, &t0);
-      do clock_gettime(CLOCK_MONOTONIC, &t);
-      while (io_uring_cq_ready(&ring) == 0 &&
-             (uint64_t)((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec)) < spin_ns);
+      const uint64_t until = now_ns() + spin_ns;
+      while (io_uring_cq_ready(&ring) == 0 && now_ns() < until) {
+      }
     }
     io_uring_submit_and_wait(&ring, 1);
     st_enters++;
