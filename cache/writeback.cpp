@@ -17,7 +17,6 @@
 #include "cache/ordered_gate.h"
 #include "cache/range_guard.h"
 #include "cache/service_time.h"
-#include "util/aligned_buffer.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -29,6 +28,11 @@ namespace {
 constexpr uint64_t kNs = 1'000'000'000;
 constexpr uint64_t kMaxRate = uint64_t{1} << 40;  // "no limit", bytes/s
 constexpr uint64_t kMaxBackoffNs = 30 * kNs;
+// The rate's pause after a write is at most this (bcache's bch_next_delay
+// bound): a 1 MiB write at writeback_rate_minimum (4 KiB/s) would otherwise
+// put the next one 256 s away, and a rate that rose meanwhile would not be
+// heard until then.
+constexpr uint64_t kMaxRateDelayNs = 5 * kNs / 2;
 // bcache's fragmentation thresholds (percent of the cache in use) and terms.
 constexpr unsigned kFragLow = 50, kFragMid = 57, kFragHigh = 64;
 constexpr int64_t kFpTermLow = 1, kFpTermMid = 10, kFpTermHigh = 1000;
@@ -456,18 +460,21 @@ bool Writeback::CommitBeforeWriteback(PassState& s) {
 
 void Writeback::ReadDirty(PassState& s) {
   // Contiguous pieces make one backing write. Every piece is read from the
-  // cache device at once, and a write goes out as soon as its own pieces
-  // are read: reads and backing writes overlap.
+  // cache device at once, into its place in its write's buffer, and a write
+  // goes out as soon as its own pieces are read: reads and backing writes
+  // overlap.
   for (auto& p : s.pieces) AppendPiece(s.writes, p.get());
+  for (auto& w : s.writes) w->buf = PooledBuffer(w->len);
   for (auto& p : s.pieces) {
-    p->buf = AlignedBuffer(p->e.len);
-    p->w->reading++;
+    Write* w = p->w;
+    w->reading++;
     s.reading++;
-    d_.set->cache_dev()->Read(p->e.cache_offset, p->e.len, p->buf.data(), [&s, pp = p.get()](Status st) {
-      pp->st = std::move(st);
-      pp->w->reading--;
-      s.reading--;
-    });
+    d_.set->cache_dev()->Read(p->e.cache_offset, p->e.len, w->buf.data() + (p->e.start - w->start),
+                              [&s, pp = p.get()](Status st) {
+                                pp->st = std::move(st);
+                                pp->w->reading--;
+                                s.reading--;
+                              });
   }
 }
 
@@ -485,6 +492,10 @@ void Writeback::SplitUnreadable(PassState& s, size_t i) {
       continue;
     }
     AppendPiece(parts, p);
+  }
+  for (auto& part : parts) {  // each readable run's data, out of the old write's buffer
+    part->buf = PooledBuffer(part->len);
+    std::copy_n(w->buf.data() + (part->start - w->start), part->len, part->buf.data());
   }
   s.writes.erase(s.writes.begin() + static_cast<ptrdiff_t>(i));
   s.writes.insert(s.writes.begin() + static_cast<ptrdiff_t>(i), std::make_move_iterator(parts.begin()),
@@ -556,21 +567,12 @@ void Writeback::FlushAndMarkClean(PassState& s) {
 }
 
 void Writeback::IssueChunk(PassState& s, Write* w, uint64_t chunk, bool yield, uint64_t now, uint64_t rate) {
-  if (w->issued == 0) {
-    if (w->parts.size() == 1) {
-      w->buf = std::move(w->parts[0]->buf);
-    } else {
-      w->buf = AlignedBuffer(w->len);
-      for (Piece* p : w->parts)
-        std::copy(p->buf.data(), p->buf.data() + p->e.len, w->buf.data() + (p->e.start - w->start));
-    }
-  }
   uint64_t off = w->issued, n = std::min(chunk, w->len - off);
   w->issued += n;
   w->outstanding++;
   if (w->issued == w->len) s.next++;
   s.inflight++;
-  next_io_ = std::max(next_io_, now) + n * kNs / rate;
+  next_io_ = std::min(std::max(next_io_, now) + n * kNs / rate, now + kMaxRateDelayNs);
   dbg_next_io_ = next_io_;
   d_.backing->Write(w->start + off, n, w->buf.data() + off, 0,
                     [&s, w, yield, t0 = now, bt = d_.backing_time, n, &written = written_](Status st) {

@@ -9,26 +9,26 @@
 
 #include "btree/extent.h"
 #include "cache/writeback.h"
-#include "util/aligned_buffer.h"
+#include "util/buffer_pool.h"
 #include "util/status.h"
 
 namespace ubcache {
 
 struct Writeback::Piece {
   Extent e;
-  AlignedBuffer buf;
-  Status st;           // of its read from the cache device
+  Status st;           // of its read from the cache device (into w->buf)
   Write* w = nullptr;  // the backing write it is part of
   bool kept = false;   // a kept version (flush order), not an extent of the tree
 };
 
 // One backing write: contiguous pieces, at most kMaxRun bytes, submitted in
-// chunks (kMaxRun, or kReaderChunk while a reader is active).
+// chunks (kMaxRun, or kReaderChunk while a reader is active). Its pieces are
+// read from the cache device straight into its buffer, each at its place.
 struct Writeback::Write {
   uint64_t start, len;
   std::vector<Piece*> parts;
   unsigned reading = 0;  // parts whose cache read is still in flight
-  AlignedBuffer buf;
+  PooledBuffer buf;      // the writeback thread's pool: no mapping per write
   Status st;                 // the first error of its chunks
   uint64_t issued = 0;       // bytes submitted
   unsigned outstanding = 0;  // chunks in flight

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ubcache {
@@ -54,6 +55,35 @@ class BufferPool {
 
   std::vector<uint8_t*> free_[kMaxClass + 1];
   std::vector<uint8_t*> slabs_;  // sorted, so FromSlab is a binary search
+};
+
+// A buffer of this thread's pool, owned: back to the pool when destroyed,
+// which must happen on the thread that made it.
+class PooledBuffer {
+ public:
+  PooledBuffer() = default;
+  explicit PooledBuffer(size_t size) : size_(size) { data_ = BufferPool::ForThread().Get(size, &capacity_); }
+  PooledBuffer(PooledBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)),
+        capacity_(std::exchange(o.capacity_, 0)),
+        size_(std::exchange(o.size_, 0)) {}
+  PooledBuffer& operator=(PooledBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(capacity_, o.capacity_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  PooledBuffer(const PooledBuffer&) = delete;
+  PooledBuffer& operator=(const PooledBuffer&) = delete;
+  ~PooledBuffer() { BufferPool::ForThread().Put(data_, capacity_); }
+
+  uint8_t* data() { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t capacity_ = 0;
+  size_t size_ = 0;
 };
 
 }  // namespace ubcache

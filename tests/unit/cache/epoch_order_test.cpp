@@ -35,6 +35,7 @@
 #include "cache/epoch_clock.h"
 #include "cache/ordered_gate.h"
 #include "cache/superblock.h"
+#include "cache/writeback.h"
 #include "util/aligned_buffer.h"
 #include "util/endian.h"
 #include "timing.h"
@@ -911,6 +912,46 @@ TEST_CASE("flush order: writeback_lag_target bounds the lag when the rate contro
   for (int i = 0; i < 100 * static_cast<int>(test::kTimingScale) && rig.dev->dirty_bytes() > 0; i++) busy_for(100);
   CHECK(rig.dev->dirty_bytes() == 0);
   CHECK(rig.dev->writeback_lag_ms() == 0);
+}
+
+// The rate's pause after a backing write is bounded (bcache's bch_next_delay:
+// 2.5 s): at writeback_rate_minimum (4 KiB/s) a 1 MiB write would otherwise
+// put the next one 256 s away, and a rate raised meanwhile would not be
+// heard until then.
+TEST_CASE("writeback: a write at the minimum rate pauses the next one at most 2.5 s") {
+  EpochRig rig(WritebackOrder::kLba, [](CacheKnobs& k) {
+    k.writeback_percent = 40;  // far above the dirty data: the rate stays at its minimum
+    k.writeback_rate_update_seconds = 1;
+    k.writeback_rate_minimum = 4096;
+    k.writeback_rate = 4096;
+    k.writeback_running = false;
+  });
+  CacheKnobs& k = rig.set->knobs();
+  // 2 MiB at the front (the rig's spaced blocks are not used): two 1 MiB
+  // backing writes.
+  AlignedBuffer data(64 << 10);
+  std::memset(data.data(), 0x5a, data.size());
+  for (uint64_t off = 0; off < (2 << 20); off += data.size())
+    REQUIRE(SyncWrite(*rig.dev, off, data.size(), data.data(), 0).ok());
+  REQUIRE(SyncFlush(*rig.dev).ok());
+  REQUIRE(rig.dev->dirty_bytes() >= 2 << 20);
+  k.writeback_running = true;
+  AlignedBuffer buf(kBlock);
+  auto busy_for = [&](int ms) {  // a read every 20 ms: never idle, so never full speed
+    for (int i = 0; i < ms / 20; i++) {
+      REQUIRE(SyncRead(*rig.dev, 0, kBlock, buf.data()).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  busy_for(1000);
+  Writeback::RateDebug d = rig.dev->writeback()->rate_debug();
+  INFO("next io in " << d.next_io_ms << " ms, dirty " << rig.dev->dirty_bytes());
+  CHECK(rig.dev->dirty_bytes() > 0);  // the minimum rate: the second write waits
+  CHECK(d.next_io_ms <= 2500);
+  // A rate raised now is heard by the next write, within the bound.
+  k.writeback_rate_minimum = uint64_t{1} << 30;
+  for (int i = 0; i < 50 * static_cast<int>(test::kTimingScale) && rig.dev->dirty_bytes() > 0; i++) busy_for(100);
+  CHECK(rig.dev->dirty_bytes() == 0);
 }
 
 }  // namespace ubcache

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <thread>
+#include <utility>
 
 using namespace ubcache;
 
@@ -75,4 +77,25 @@ TEST_CASE("past the slab budget a buffer is a mapping of its own, unmapped when 
   CHECK(mincore(own, 4096, &vec) == -1);  // unmapped: ENOMEM
   CHECK(errno == ENOMEM);
   CHECK(mincore(slab.front(), 4096, &vec) == 0);  // slab memory stays with the pool
+}
+
+TEST_CASE("a pooled buffer goes back to its class when destroyed, and is handed out again") {
+  // On a thread of its own: a fresh pool, so nothing else's buffers interfere.
+  std::thread([] {
+    uint8_t* first = nullptr;
+    {
+      PooledBuffer b(1 << 20);
+      REQUIRE(b.data() != nullptr);
+      CHECK(b.size() == size_t{1} << 20);
+      first = b.data();
+      PooledBuffer moved(std::move(b));
+      CHECK(moved.data() == first);
+      CHECK(b.data() == nullptr);
+    }
+    // The same class gets it back (a class of its own: not a 4 KiB one).
+    PooledBuffer again(1 << 20);
+    CHECK(again.data() == first);
+    PooledBuffer small(4096);
+    CHECK(small.data() != first);
+  }).join();
 }
