@@ -1,19 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// nbd_min_responder — the least an io_uring NBD server can do for reads, as a
-// yardstick for the datapath suite (issue 28): what this machine's cores can
-// carry when a client, a server and the disk share them. Not a server to use.
+// nbd_min_responder — the least an io_uring NBD server can do for reads and
+// writes, as a yardstick for the datapath suite (issues 28 and 29): what this
+// machine's cores can carry when a client, a server and the disk share them.
+// Not a server to use.
 //
-//   nbd_min_responder SOCKET FILE
+//   nbd_min_responder [--write] SOCKET FILE
 //
-// Listens on the Unix socket SOCKET, serves FILE read-only (O_DIRECT) to one
-// client at a time: fixed newstyle handshake (NBD_OPT_GO / INFO /
-// EXPORT_NAME; every other option is refused as unsupported, so the client
-// falls back to simple replies), then READ, FLUSH and DISC. One thread, one
-// ring: a recv of requests, an O_DIRECT read per READ, a writev of header and
-// data per reply, and a poll of the completion queue for 200 us before it
-// sleeps (as ubcache's reactor with a deep disk queue) — the submission
-// pattern of ubcache's file export, with nothing else (no index, no stats,
-// no buffer pool).
+// Listens on the Unix socket SOCKET, serves FILE (O_DIRECT; read-only unless
+// --write) to one client at a time: fixed newstyle handshake (NBD_OPT_GO /
+// INFO / EXPORT_NAME; every other option is refused as unsupported, so the
+// client falls back to simple replies), then READ, WRITE (with --write),
+// FLUSH (an fdatasync through the ring) and DISC. One thread, one ring: a
+// recv of requests (a write's payload is copied into the op's buffer, or
+// received straight into it when it is larger than what the recv brought),
+// an O_DIRECT read or write per request, a writev of header (and data) per
+// reply, and a poll of the completion queue for 200 us before it sleeps (as
+// ubcache's reactor with a deep disk queue) — the submission pattern of
+// ubcache's file export, and the least a writeback cache does for a write
+// (its data written once to the cache device), with nothing else (no index,
+// no journal, no writeback, no stats, no buffer pool).
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
@@ -50,6 +55,7 @@ struct op {
   unsigned char hdr[16];
   void* buf;
   size_t cap;
+  int write;  // a WRITE: its reply carries no data
   uint64_t issued_ns;  // MIN_STATS: when its disk read was queued
 };
 
@@ -57,8 +63,8 @@ static struct op ops[kMaxOps + 1];
 static struct io_uring ring;
 static uint64_t spin_ns;
 
-// MIN_STATS: per connection, the disk reads' time-weighted depth (queued,
-// not yet reaped) and mean latency, and the reads per io_uring_enter.
+// MIN_STATS: per connection, the disk reads' and writes' time-weighted depth
+// (queued, not yet reaped) and mean latency, and the I/Os per io_uring_enter.
 static int stats;
 static uint64_t st_reads, st_lat_ns, st_depth_ns, st_last_ns, st_start_ns, st_enters;
 static int st_depth;
@@ -75,6 +81,12 @@ static void depth_change(int delta) {
 }
 static int file_fd;
 static uint64_t file_size;
+static int writable;  // --write
+// A WRITE whose payload the recv buffer did not hold: the next recvs go
+// straight into its buffer until `fill_got` reaches its length.
+static struct op* fill_op;
+static uint32_t fill_got;
+static uint64_t fill_off;
 
 static void die(const char* what) { perror(what); exit(1); }
 
@@ -109,7 +121,7 @@ static int opt_reply(int fd, uint32_t opt, uint32_t type, const void* data, uint
 
 // The fixed newstyle handshake, blocking. 0: transmission starts.
 static int handshake(int fd) {
-  const uint16_t tflags = 1 | 2 | 4;  // HAS_FLAGS, READ_ONLY, SEND_FLUSH
+  const uint16_t tflags = writable ? 1 | 4 : 1 | 2 | 4;  // HAS_FLAGS, [READ_ONLY,] SEND_FLUSH
   unsigned char g[18];
   uint64_t a = htobe64(kNbdMagic), b = htobe64(kOptMagic);
   uint16_t hf = htobe16(1 | 2);  // FIXED_NEWSTYLE, NO_ZEROES
@@ -203,6 +215,25 @@ static void queue_reply(int fd, struct op* o, uint32_t error, int with_data) {
   start_send(fd);
 }
 
+static struct io_uring_sqe* get_sqe(void) {
+  struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+  if (!sqe) {
+    io_uring_submit(&ring);
+    sqe = io_uring_get_sqe(&ring);
+  }
+  return sqe;
+}
+
+static void submit_io(struct op* o, uint64_t off) {
+  struct io_uring_sqe* sqe = get_sqe();
+  if (o->write)
+    io_uring_prep_write(sqe, file_fd, o->buf, o->len, off);
+  else
+    io_uring_prep_read(sqe, file_fd, o->buf, o->len, off);
+  if (stats) o->issued_ns = now_ns(), depth_change(1);
+  io_uring_sqe_set_data64(sqe, (uint64_t)(o - ops));
+}
+
 static struct op* new_op(void) {
   for (int i = 1; i <= kMaxOps; i++)
     if (!ops[i].busy) {
@@ -213,8 +244,10 @@ static struct op* new_op(void) {
 }
 
 // Parses whole requests out of buf[*start, end); returns 1 on DISC or error.
+// A WRITE whose payload is not all in the buffer takes what is there and
+// leaves the rest to fill_op.
 static int take_requests(int fd, unsigned char* buf, size_t* start, size_t end) {
-  while (end - *start >= 28) {
+  while (!fill_op && end - *start >= 28) {
     unsigned char* r = buf + *start;
     uint32_t magic, len;
     uint16_t type;
@@ -224,16 +257,25 @@ static int take_requests(int fd, unsigned char* buf, size_t* start, size_t end) 
     if (be32toh(magic) != kReqMagic) return 1;
     type = be16toh(type), off = be64toh(off), len = be32toh(len);
     if (type == 2) return 1;  // DISC
+    if (type == 1 && !writable) return 1;  // a payload we will not take: end the connection
     struct op* o = new_op();
     if (!o) return 0;  // all busy: parse the rest after a completion
     *start += 28;
-    o->cookie = cookie, o->len = len;
-    if (type == 3) {  // FLUSH: nothing is cached here
-      queue_reply(fd, o, 0, 0);
+    o->cookie = cookie, o->len = len, o->write = type == 1;
+    if (type == 3) {  // FLUSH
+      if (writable) {
+        o->len = 0;
+        struct io_uring_sqe* sqe = get_sqe();
+        io_uring_prep_fsync(sqe, file_fd, IORING_FSYNC_DATASYNC);
+        io_uring_sqe_set_data64(sqe, (uint64_t)(o - ops));
+      } else {
+        queue_reply(fd, o, 0, 0);  // nothing is cached
+      }
       continue;
     }
-    if (type != 0 || len == 0 || len > kMaxRead || off + len > file_size) {
-      queue_reply(fd, o, 22, 0);  // EINVAL (writes too: read-only)
+    if ((type != 0 && type != 1) || len == 0 || len > kMaxRead || off + len > file_size) {
+      if (type == 1) return 1;  // its payload is not skipped: end the connection
+      queue_reply(fd, o, 22, 0);  // EINVAL
       continue;
     }
     if (o->cap < len) {
@@ -241,14 +283,16 @@ static int take_requests(int fd, unsigned char* buf, size_t* start, size_t end) 
       o->cap = (len + 4095) & ~(size_t)4095;
       if (posix_memalign(&o->buf, 4096, o->cap)) die("posix_memalign");
     }
-    struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-    if (!sqe) {
-      io_uring_submit(&ring);
-      sqe = io_uring_get_sqe(&ring);
+    if (o->write) {
+      size_t have = end - *start < len ? end - *start : len;
+      memcpy(o->buf, buf + *start, have);
+      *start += have;
+      if (have < len) {
+        fill_op = o, fill_got = (uint32_t)have, fill_off = off;
+        return 0;
+      }
     }
-    io_uring_prep_read(sqe, file_fd, o->buf, len, off);
-    if (stats) o->issued_ns = now_ns(), depth_change(1);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(o - ops));
+    submit_io(o, off);
   }
   return 0;
 }
@@ -258,6 +302,12 @@ static void serve(int fd) {
   size_t start = 0, end = 0;
   int reading = 1, recv_armed = 0;
   for (;;) {
+    if (reading && !recv_armed && fill_op) {
+      struct io_uring_sqe* sqe = get_sqe();
+      io_uring_prep_recv(sqe, fd, (char*)fill_op->buf + fill_got, fill_op->len - fill_got, 0);
+      io_uring_sqe_set_data64(sqe, kTagRecv);
+      recv_armed = 1;
+    }
     if (reading && !recv_armed) {
       if (start == end) start = end = 0;
       if (end == sizeof buf) {
@@ -293,6 +343,13 @@ static void serve(int fd) {
         recv_armed = 0;
         if (res <= 0) {
           reading = 0;
+        } else if (fill_op) {
+          fill_got += (uint32_t)res;
+          if (fill_got == fill_op->len) {
+            submit_io(fill_op, fill_off);
+            fill_op = NULL;
+            if (take_requests(fd, buf, &start, end)) reading = 0;
+          }
         } else {
           end += (size_t)res;
           if (take_requests(fd, buf, &start, end)) reading = 0;
@@ -315,21 +372,22 @@ static void serve(int fd) {
         continue;
       }
       struct op* o = &ops[tag];
-      if (stats) st_reads++, st_lat_ns += now_ns() - o->issued_ns, depth_change(-1);
-      queue_reply(fd, o, res == (int)o->len ? 0 : 5, res == (int)o->len);  // EIO on a short read
+      if (stats && o->len) st_reads++, st_lat_ns += now_ns() - o->issued_ns, depth_change(-1);
+      queue_reply(fd, o, res == (int)o->len ? 0 : 5, !o->write && res == (int)o->len);  // EIO when short
     }
     io_uring_cq_advance(&ring, n);
   }
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--write") == 0) writable = 1, argc--, argv++;
   if (argc != 3) {
-    fprintf(stderr, "usage: %s SOCKET FILE\n", argv[0]);
+    fprintf(stderr, "usage: %s [--write] SOCKET FILE\n", argv[0]);
     return 2;
   }
   signal(SIGTERM, on_term);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-reply ends its connection, not the server
-  file_fd = open(argv[2], O_RDONLY | O_DIRECT);
+  file_fd = open(argv[2], (writable ? O_RDWR : O_RDONLY) | O_DIRECT);
   if (file_fd < 0) die(argv[2]);
   struct stat st;
   if (fstat(file_fd, &st)) die("fstat");
@@ -356,11 +414,12 @@ int main(int argc, char** argv) {
     int fd = accept(ls, NULL, NULL);
     if (fd < 0) die("accept");
     st_reads = st_lat_ns = st_depth_ns = st_last_ns = st_enters = 0;
+    fill_op = NULL;
     st_depth = 0;
     st_start_ns = now_ns();
     if (handshake(fd) == 0) serve(fd);
     if (stats && st_reads)
-      fprintf(stderr, "nbd_min_responder: %llu reads, %.0f/s, disk depth %.1f (time-weighted), latency %.0f us, %.2f reads per io_uring_enter\n",
+      fprintf(stderr, "nbd_min_responder: %llu reads and writes, %.0f/s, disk depth %.1f (time-weighted), latency %.0f us, %.2f per io_uring_enter\n",
               (unsigned long long)st_reads, st_reads * 1e9 / (now_ns() - st_start_ns),
               st_depth_ns / (double)(now_ns() - st_start_ns), st_lat_ns / 1000.0 / st_reads,
               st_reads / (double)st_enters);

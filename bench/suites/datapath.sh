@@ -22,9 +22,12 @@
 #             with a client, a server and the disk
 #   wb        ubcache serve --cache C2 --backing B2 --cache-mode writeback
 #             (formatted; cutoff and thresholds 0): writes land in the cache
+#   minw      bench/nbd_min_responder --write on a file of its own: the least
+#             an io_uring NBD server does for a write (recv, O_DIRECT write,
+#             reply) — the writes' yardstick, as min is the reads'
 # Workloads: 4 KiB randread QD1 and QD32, 1 MiB sequential read QD8 (raw,
 # file, hit, qemu-nbd, min, mem, nbdkit, null); 4 KiB randwrite QD32 and 1 MiB
-# sequential write QD8 (raw, wb, mem, nbdkit, null). NBD configurations go
+# sequential write QD8 (raw, wb, minw, mem, nbdkit, null). NBD configurations go
 # through fio's nbd engine (libnbd, one connection). Every server is up for
 # the whole run; each round drives every configuration of a workload once,
 # the order rotated by one per round (A B C, B C A, ...). Files are SIZE of
@@ -67,6 +70,7 @@ cache_bytes=$(( size * 2 ))
 
 DATA=$WORK/datapath-data.img
 RAWW=$WORK/datapath-raw-write.img
+MINW=$WORK/datapath-min-write.img
 HIT_CACHE=$WORK/datapath-hit-cache.img
 HIT_BACKING=$WORK/datapath-hit-backing.img
 WB_CACHE=$WORK/datapath-wb-cache.img
@@ -77,6 +81,7 @@ trap 'mkdir -p "$SUITE_DIR/fio"; cp "$raw"/fio-*.json "$raw"/*.log "$raw"/*.cmd 
 bench_progress "files: $SIZE of data each, caches $(( cache_bytes >> 20 )) MiB, under $WORK"
 fill_file "$DATA" "$size"
 fill_file "$RAWW" "$size"
+fill_file "$MINW" "$size"
 fill_file "$HIT_BACKING" "$backing_bytes"
 fill_file "$WB_BACKING" "$backing_bytes"
 # The caches are filled too: a write into an unwritten extent costs the
@@ -100,6 +105,7 @@ start_server mem "$UBCACHE" serve --backing "mem:$size" --nbd "unix:$raw/mem.soc
 start_server qemu-nbd "$QEMU_NBD" --read-only --cache=none --aio=io_uring --format=raw --shared=8 --persistent \
   --socket="$raw/qemu-nbd.sock" "$DATA" || die "qemu-nbd failed to start"
 start_server min "$RESPONDER" "$raw/min.sock" "$DATA" || die "nbd_min_responder failed to start"
+start_server minw "$RESPONDER" --write "$raw/minw.sock" "$MINW" || die "nbd_min_responder --write failed to start"
 start_server nbdkit "$NBDKIT" -f --exit-with-parent -U "$raw/nbdkit.sock" memory "$size" ||
   die "nbdkit memory failed to start"
 start_server null "$NBDKIT" -f --exit-with-parent -U "$raw/null.sock" null "$size" ||
@@ -125,7 +131,7 @@ declare -A WL=([randread_4k_qd1]="randread 4k 1" [randread_4k_qd32]="randread 4k
                [randwrite_4k_qd32]="randwrite 4k 32" [write_1m_qd8]="write 1m 8")
 workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_1m_qd8)
 read_configs=(raw file hit qemu-nbd min mem nbdkit null)
-write_configs=(raw wb mem nbdkit null)
+write_configs=(raw wb minw mem nbdkit null)
 
 run_one() {  # run_one WORKLOAD CONFIG ROUND
   local w=$1 c=$2 r=$3 tag="$1-$2-$3" rw bs qd args=()
@@ -163,8 +169,8 @@ for w in "${workloads[@]}"; do
   done
 done
 show wb 1
-for s in file hit wb mem qemu-nbd min nbdkit null; do running "$s" || true; done
-for s in file hit wb mem qemu-nbd min nbdkit null; do stop_server "$s"; done
+for s in file hit wb mem qemu-nbd min minw nbdkit null; do running "$s" || true; done
+for s in file hit wb mem qemu-nbd min minw nbdkit null; do stop_server "$s"; done
 
 ublk_json=""
 if [[ $UBLK == 1 ]]; then
@@ -178,7 +184,7 @@ fi
 
 versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_NBD" --version | head -1)"
 servers=""
-for s in file hit wb mem qemu-nbd min nbdkit null; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
+for s in file hit wb mem qemu-nbd min minw nbdkit null; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
 PYTHONPATH="$bench" "$PYTHON" "$bench/datapath_result.py" "$raw" "$SUITE_DIR/result.json" "$ROUNDS" \
   "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" ||
   failures=$((failures + 1))
