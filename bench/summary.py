@@ -893,7 +893,9 @@ def r_datapath(d, plots):
             "The raw file here is a file of its own (the data file is being served); ubcache's writeback "
             "configuration writes into a formatted cache over a file backing device (sequential cutoff and "
             "congestion thresholds 0, so every write goes to the cache); its background writeback runs as it "
-            "would, during the runs that follow.", ""]
+            "would during its own runs (at full speed once the cache is near cutoff_writeback, sharing the disk "
+            "with the writes it measures), and is paused (writeback_running 0) during the other "
+            "configurations' write runs, which it would slow.", ""]
     out += _dp_table(wl, _dp_rows("randwrite_4k_qd32", "4 KiB QD32", "iops") + _dp_rows("write_1m_qd8", "1 MiB QD8", "gbps"))
     busy = [r["machine"] for x in wl.values() for cell in x["cells"].values() for r in cell["runs"]
             if r and r.get("machine")]
