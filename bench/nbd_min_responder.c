@@ -167,6 +167,16 @@ static int sendq[kMaxOps], sendq_head, sendq_len;
 static struct iovec send_iov[2 * kMaxBatch];
 static int send_ops[kMaxBatch], send_nops, send_first, send_niov;
 
+// A free SQE; when the ring is full, what it holds is submitted first.
+static struct io_uring_sqe* get_sqe(void) {
+  struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+  if (!sqe) {
+    io_uring_submit(&ring);
+    sqe = io_uring_get_sqe(&ring);
+  }
+  return sqe;
+}
+
 static void start_send(int fd) {
   if (send_nops || !sendq_len) return;
   send_niov = send_first = 0;
@@ -177,11 +187,7 @@ static void start_send(int fd) {
     send_iov[send_niov++] = (struct iovec){o->hdr, 16};
     if (o->len && o->sending == 2) send_iov[send_niov++] = (struct iovec){o->buf, o->len};
   }
-  struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-  if (!sqe) {
-    io_uring_submit(&ring);
-    sqe = io_uring_get_sqe(&ring);
-  }
+  struct io_uring_sqe* sqe = get_sqe();
   io_uring_prep_writev(sqe, fd, send_iov + send_first, (unsigned)(send_niov - send_first), 0);
   io_uring_sqe_set_data64(sqe, kTagSend);
 }
@@ -197,7 +203,7 @@ static int batch_sent(int fd, size_t n) {
     if (send_iov[send_first].iov_len == 0) send_first++;
   }
   if (send_first < send_niov) {
-    struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    struct io_uring_sqe* sqe = get_sqe();
     io_uring_prep_writev(sqe, fd, send_iov + send_first, (unsigned)(send_niov - send_first), 0);
     io_uring_sqe_set_data64(sqe, kTagSend);
     return 0;
@@ -213,15 +219,6 @@ static void queue_reply(int fd, struct op* o, uint32_t error, int with_data) {
   o->sending = with_data ? 2 : 1;
   sendq[(sendq_head + sendq_len++) % kMaxOps] = (int)(o - ops);
   start_send(fd);
-}
-
-static struct io_uring_sqe* get_sqe(void) {
-  struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-  if (!sqe) {
-    io_uring_submit(&ring);
-    sqe = io_uring_get_sqe(&ring);
-  }
-  return sqe;
 }
 
 static void submit_io(struct op* o, uint64_t off) {
@@ -314,7 +311,7 @@ static void serve(int fd) {
         memmove(buf, buf + start, end - start);
         end -= start, start = 0;
       }
-      struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      struct io_uring_sqe* sqe = get_sqe();
       io_uring_prep_recv(sqe, fd, buf + end, sizeof buf - end, 0);
       io_uring_sqe_set_data64(sqe, kTagRecv);
       recv_armed = 1;

@@ -131,6 +131,7 @@ declare -A WL=([randread_4k_qd1]="randread 4k 1" [randread_4k_qd32]="randread 4k
                [randwrite_4k_qd32]="randwrite 4k 32" [write_1m_qd8]="write 1m 8")
 workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_1m_qd8)
 read_configs=(raw file hit qemu-nbd min mem nbdkit null)
+servers_all=(file hit wb mem qemu-nbd min minw nbdkit null)  # every server started above
 write_configs=(raw wb minw mem nbdkit null)
 
 run_one() {  # run_one WORKLOAD CONFIG ROUND
@@ -179,8 +180,8 @@ for w in "${workloads[@]}"; do
   done
 done
 show wb 1
-for s in file hit wb mem qemu-nbd min minw nbdkit null; do running "$s" || true; done
-for s in file hit wb mem qemu-nbd min minw nbdkit null; do stop_server "$s"; done
+for s in "${servers_all[@]}"; do running "$s" || true; done
+for s in "${servers_all[@]}"; do stop_server "$s"; done
 
 ublk_json=""
 if [[ $UBLK == 1 ]]; then
@@ -194,7 +195,7 @@ fi
 
 versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_NBD" --version | head -1)"
 servers=""
-for s in file hit wb mem qemu-nbd min minw nbdkit null; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
+for s in "${servers_all[@]}"; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
 PYTHONPATH="$bench" "$PYTHON" "$bench/datapath_result.py" "$raw" "$SUITE_DIR/result.json" "$ROUNDS" \
   "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" ||
   failures=$((failures + 1))
