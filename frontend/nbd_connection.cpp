@@ -477,16 +477,19 @@ void NbdConnection::SendNow() {
   }
   iov_.clear();
   sending_.clear();
-  while (!send_queue_.empty() && send_queue_.front()->clear && iov_.size() + 3 <= kMaxIovPerSend) {
+  size_t batch_bytes = 0;
+  while (!send_queue_.empty() && send_queue_.front()->clear && SendBatchHasRoom(iov_.size(), batch_bytes)) {
     Op* op = send_queue_.front();
     send_queue_.pop_front();
     sending_.push_back(op);
     if (!op->raw.empty()) {
       iov_.push_back({op->raw.data(), op->raw.size()});
+      batch_bytes += op->raw.size();
       continue;
     }
     iov_.push_back({op->hdr, op->hdr_len});
     if (op->data_len) iov_.push_back({op->buf, op->data_len});
+    batch_bytes += op->hdr_len + op->data_len;
   }
   if (tls_ && (send_queue_.empty() || !send_queue_.front()->clear)) {
     EncryptQueued();
@@ -568,6 +571,10 @@ void NbdConnection::OnSend(int32_t res) {
   for (Op* op : sent) FreeOp(op);
   SendNow();
   MaybeClose();
+}
+
+bool NbdConnection::SendBatchHasRoom(size_t iovs, size_t bytes) {
+  return iovs + 3 <= kMaxIovPerSend && bytes < kNbdSendBatchBytes;
 }
 
 bool NbdConnection::Full() const { return ops_live_ >= kMaxLiveOps || live_bytes_ >= kNbdMaxLiveBytes; }
