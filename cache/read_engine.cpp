@@ -36,6 +36,20 @@ struct ReadEngine::ReadOp {
   Status status;
 };
 
+struct ReadEngine::HitRun {
+  static constexpr unsigned kMaxExtents = 8;
+  ReadOp* op = nullptr;
+  Extent ext[kMaxExtents];
+  unsigned n = 0;
+  uint64_t t0 = 0;
+  uint64_t len() const { return ext[n - 1].end() - ext[0].start; }
+};
+
+bool ReadEngine::Extends(const HitRun& run, const Extent& e) {
+  const Extent& last = run.ext[run.n - 1];
+  return run.n < HitRun::kMaxExtents && e.start == last.end() && e.cache_offset == last.cache_offset + last.len;
+}
+
 void ReadEngine::PieceDone(ReadOp* op, Status st, uint64_t now_ns) {
   if (!st.ok() && op->status.ok()) op->status = std::move(st);
   if (--op->pending > 0) return;
@@ -151,6 +165,11 @@ void ReadEngine::LookupAndIssue(ReadOp* op, Status loaded) {
     if (miss_len) ReadBacking(op, miss_start, miss_len, false);
     miss_len = 0;
   };
+  HitRun* run = nullptr;
+  auto flush_run = [&] {
+    if (run) ReadHits(run);
+    run = nullptr;
+  };
   // A clean hit read around the cache (around_cache) joins the run of
   // backing reads without making the request a miss; nothing in such a
   // request is filled (it bypasses).
@@ -176,11 +195,18 @@ void ReadEngine::LookupAndIssue(ReadOp* op, Status loaded) {
       add_miss(e.start, e.len, true);
     } else {
       flush_miss();
-      ReadHit(op, e);
+      buckets.Touch(buckets.BucketOf(e.cache_offset));
+      if (!run || !Extends(*run, e)) {
+        flush_run();
+        run = Recycled<HitRun>::New();
+        run->op = op;
+      }
+      run->ext[run->n++] = e;
     }
     cursor = e.end();
   }
   if (cursor < req.offset + req.len) add_miss(cursor, req.offset + req.len - cursor);
+  flush_run();
   flush_miss();
   PieceDone(op, Status::OK());  // drop the "still issuing" reference
 }
@@ -209,39 +235,42 @@ void ReadEngine::ReadFailedCache(const IoRequest& req, IoDone done) {
       });
 }
 
-void ReadEngine::ReadHit(ReadOp* op, const Extent& e) {
-  BucketAllocator& buckets = c_.set->buckets();
-  buckets.Touch(buckets.BucketOf(e.cache_offset));
+void ReadEngine::ReadHits(HitRun* run) {
+  ReadOp* op = run->op;
   op->pending++;
-  uint8_t* dst = static_cast<uint8_t*>(op->req.buf) + (e.start - op->req.offset);
-  uint64_t t0 = NowNanos();
-  Extent ex = e;
-  c_.set->cache_dev()->Read(ex.cache_offset, ex.len, dst, [this, op, ex, t0](Status st) {
+  uint8_t* dst = static_cast<uint8_t*>(op->req.buf) + (run->ext[0].start - op->req.offset);
+  run->t0 = NowNanos();
+  c_.set->cache_dev()->Read(run->ext[0].cache_offset, run->len(), dst, [this, run](Status st) {
     uint64_t now = NowNanos();
-    c_.set->cache_time().Observe(ServiceTime::Op::kRead, ex.len, now - t0, now);
-    c_.set->congestion().Observe((now - t0) / 1000,
+    ReadOp* op = run->op;
+    c_.set->cache_time().Observe(ServiceTime::Op::kRead, run->len(), now - run->t0, now);
+    c_.set->congestion().Observe((now - run->t0) / 1000,
                                  FixedThresholdUs(c_.set->knobs().congested_read_threshold_us.load(
                                      std::memory_order_relaxed)),
                                  now / 1000);
-    // A dirty extent is the only copy: its read error is the client's
-    // (never the stale backing data).
     if (!st.ok()) c_.set->CountIoError(st);
-    if (!st.ok() && ex.dirty) {
-      UB_WARN("{}: cache read of dirty data failed: {}", c_.spec, st.ToString());
-      PieceDone(op, std::move(st), now);
-      return;
+    bool dirty_failed = false, clean_failed = false;
+    for (unsigned i = 0; i < run->n; i++) {
+      const Extent& ex = run->ext[i];
+      // A dirty extent is the only copy: its read error is the client's
+      // (never the stale backing data).
+      if (!st.ok() && ex.dirty) {
+        dirty_failed = true;
+        continue;
+      }
+      // Only cache read errors are recoverable: fall back to the backing
+      // device, and if the bucket was reused meanwhile, the same.
+      if (!st.ok() || !c_.set->buckets().Valid(ex.cache_offset, ex.gen)) {
+        clean_failed |= !st.ok();
+        op->all_hit = false;
+        ReadBacking(op, ex.start, ex.len, true);
+      }
     }
-    // Only cache read errors are recoverable: fall back to the backing
-    // device, and if the bucket was reused meanwhile, the same.
-    if (!st.ok() || !c_.set->buckets().Valid(ex.cache_offset, ex.gen)) {
-      if (!st.ok())
-        UB_WARN("{}: cache read failed, reading the backing device: {}", c_.spec, st.ToString());
-      op->all_hit = false;
-      ReadBacking(op, ex.start, ex.len, true);
-      PieceDone(op, Status::OK());
-      return;
-    }
-    PieceDone(op, Status::OK(), now);
+    if (clean_failed) UB_WARN("{}: cache read failed, reading the backing device: {}", c_.spec, st.ToString());
+    if (dirty_failed) UB_WARN("{}: cache read of dirty data failed: {}", c_.spec, st.ToString());
+    Status failed = dirty_failed ? st : Status::OK();
+    Recycled<HitRun>::Recycle(run);
+    PieceDone(op, std::move(failed), now);
   });
 }
 

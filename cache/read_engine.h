@@ -45,7 +45,14 @@ class ReadEngine {
   void LookupAndIssue(ReadOp* op, Status loaded);
   // The set failed: the backing device alone, EIO for dirty ranges.
   void ReadFailedCache(const IoRequest& req, IoDone done);
-  void ReadHit(ReadOp* op, const Extent& e);
+  // Hits that lie next to each other both in the request and on the cache
+  // device (a fill's or a write's pieces, allocated one after another) are
+  // read by one device read: a 1 MiB hit filled in 512 KiB pieces is one
+  // read, as the same read of a plain file is.
+  struct HitRun;
+  // Whether `e` continues `run` on the device and in the request.
+  static bool Extends(const HitRun& run, const Extent& e);
+  void ReadHits(HitRun* run);
   void ReadBacking(ReadOp* op, uint64_t start, uint64_t len, bool was_hit);
   // `now_ns`: a clock reading the caller took at the piece's completion
   // (0: none; read here if this was the last piece).

@@ -26,9 +26,35 @@ uint8_t PatternByte(uint64_t offset, uint8_t seed) {
   return static_cast<uint8_t>((offset / 4096) * 31 + seed);
 }
 
+// The cache device as the set sees it: counts its reads, and fails them
+// on demand.
+class CountingDevice final : public BlockDevice {
+ public:
+  explicit CountingDevice(BlockDevice* lower)
+      : BlockDevice("counting", lower->size(), lower->logical_block_size(), false), lower_(lower) {}
+  uint64_t reads = 0;
+  bool fail_reads = false;
+
+ protected:
+  void DoSubmit(const IoRequest& req, IoDone done) override {
+    if (req.op == IoOp::kRead) {
+      reads++;
+      if (fail_reads) {
+        done(Status::IoError("counting: injected read error"));
+        return;
+      }
+    }
+    lower_->Submit(req, std::move(done));
+  }
+
+ private:
+  BlockDevice* lower_;
+};
+
 struct Rig {
   std::unique_ptr<Reactor> reactor;
   std::unique_ptr<BlockDevice> cache, backing;
+  std::unique_ptr<CountingDevice> cache_view;  // the set's cache device
   std::unique_ptr<CacheSet> set;
   std::unique_ptr<CachedDevice> dev;
 
@@ -41,7 +67,8 @@ struct Rig {
     CacheSet::Options o;
     o.bucket_size = kBucket;
     o.reserved_bytes = 1 << 20;
-    set = std::move(CacheSet::Create(cache.get(), o).value());
+    cache_view = std::make_unique<CountingDevice>(cache.get());
+    set = std::move(CacheSet::Create(cache_view.get(), o).value());
     set->knobs().sequential_cutoff = 0;  // every read may be cached
     // Data paths, not congestion: no read or write bypasses for it (the
     // auto rule is tested below and in admission_test).
@@ -89,6 +116,27 @@ TEST_CASE("a partial hit reads the cached part from the cache and the rest from 
   CHECK(rig.Stats().cache_misses == 2);
   CHECK(rig.ReadMatches((1 << 20) - (8 << 10), 32 << 10, 1));
   CHECK(rig.Stats().cache_hits == 1);
+}
+
+TEST_CASE("a hit filled in several pieces that lie together on the cache device is one cache read") {
+  Rig rig;
+  CHECK(rig.ReadMatches(1 << 20, 256 << 10, 1));  // a miss, filled in four 64 KiB pieces
+  uint64_t before = rig.cache_view->reads;
+  CHECK(rig.ReadMatches(1 << 20, 256 << 10, 1));
+  CHECK(rig.Stats().cache_hits == 1);
+  CHECK(rig.cache_view->reads == before + 1);
+  // A read that starts and ends inside the pieces is one read too.
+  before = rig.cache_view->reads;
+  CHECK(rig.ReadMatches((1 << 20) + (16 << 10), 200 << 10, 1));
+  CHECK(rig.cache_view->reads == before + 1);
+}
+
+TEST_CASE("a failed cache read of several clean pieces reads them all from the backing device") {
+  Rig rig;
+  CHECK(rig.ReadMatches(1 << 20, 256 << 10, 1));
+  rig.cache_view->fail_reads = true;
+  CHECK(rig.ReadMatches(1 << 20, 256 << 10, 1));
+  CHECK(rig.set->io_errors() >= 1);
 }
 
 TEST_CASE("writethrough: a write reaches backing and cache, and reads see it") {

@@ -247,6 +247,21 @@ TEST_CASE("writeback: a FUA write survives a power cut with no FLUSH") {
   CHECK(r.Read(*r.dev, 8 * kBlock, 2 * kBlock) == Pattern(2 * kBlock, 7));
 }
 
+TEST_CASE("writeback: a failed cache read of hits holding dirty data fails the read, never returns stale data") {
+  Rig r;
+  r.Read(*r.dev, 0, 16 * kBlock);       // clean pieces,
+  r.Write(16 * kBlock, 4 * kBlock, 7);  // and dirty ones after them
+  FaultConfig fc = r.cache->config();
+  FaultConfig bad = fc;
+  bad.eio_probability = 1;
+  bad.eio_writes = false;
+  r.cache->SetConfig(bad);
+  AlignedBuffer b(20 * kBlock);
+  CHECK_FALSE(SyncRead(*r.dev, 0, b.size(), b.data()).ok());
+  r.cache->SetConfig(fc);
+  CHECK(r.Read(*r.dev, 16 * kBlock, 4 * kBlock) == Pattern(4 * kBlock, 7));
+}
+
 TEST_CASE("writeback: the backing superblock is durably dirty before the first dirty write is acknowledged") {
   Rig r;
   REQUIRE(r.super->state() != BackingState::kDirty);
