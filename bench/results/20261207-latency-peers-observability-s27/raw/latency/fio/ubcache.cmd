@@ -1,0 +1,1 @@
+/var/tmp/ubcache-bench/run/bin.HWq0Qn/ubcache serve --cache /var/tmp/ubcache-bench/run/latency-cache.img --backing sas:/var/tmp/ubcache-bench/run/latency-backing.img --sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0 --nbd unix:/tmp/latency.qfzTIo/ubcache.sock --control /tmp/latency.qfzTIo/ubcache.ctl
