@@ -19,8 +19,8 @@ WORKLOADS = {  # name: (fio direction, metric, configurations)
     "randread_4k_qd1": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
     "randread_4k_qd32": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
     "read_1m_qd8": ("read", "gbps", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
-    "randwrite_4k_qd32": ("write", "iops", ["raw", "wb", "wbroom", "minw", "mem", "nbdkit", "null"]),
-    "write_1m_qd8": ("write", "gbps", ["raw", "wb", "wbroom", "minw", "mem", "nbdkit", "null"]),
+    "randwrite_4k_qd32": ("write", "iops", ["raw", "wb", "minw", "mem", "nbdkit", "null"]),
+    "write_1m_qd8": ("write", "gbps", ["raw", "wb", "minw", "mem", "nbdkit", "null"]),
 }
 KEYS = ("iops", "gbps", "p50_us", "p99_us", "server_cpu_us_per_io", "fio_cpu_pct")
 bad = 0
@@ -162,16 +162,6 @@ def main():
     v, rg = per_round("write_1m_qd8", "wb", "raw", "gbps")
     bar(29, "1 MiB seq write QD8: writeback ≥ 0.8× the raw file", v, 0.8, ge,
         times(v, rg))
-    # The same rows with room in the cache (wbroom: four times the written
-    # range, where wb's twice puts the dirty range past cutoff_writeback).
-    for w, metric, what, goal in (("randwrite_4k_qd32", "iops", "4 KiB randwrite QD32", 0.85),
-                                  ("write_1m_qd8", "gbps", "1 MiB seq write QD8", 0.8)):
-        v, rg = per_round(w, "wbroom", "raw", metric)
-        bar(29, f"{what}: writeback with room in the cache (4× the written range) / the raw file "
-            f"(the bar above is {goal}×)", v, goal, ge, times(v, rg), info=True)
-    rc = m("randwrite_4k_qd32", "wbroom", "server_cpu_us_per_io")
-    bar(29, "4 KiB randwrite QD32: server CPU per writeback write with room in the cache", rc, 8.0, le,
-        f"{rc:.1f} µs" if rc is not None else None, info=True)
 
     hit = counters(raw, "hit", ("stats_total/cache_hits", "stats_total/cache_misses",
                                 "stats_total/cache_bypass_hits", "stats_total/cache_bypass_misses"))
@@ -180,11 +170,9 @@ def main():
         hit["hit_pct"] = 100.0 * h / (h + mi) if h + mi else None
     else:
         bad += 1
-    wb_keys = ("stats_total/bypassed", "sequential_bypasses", "congested_bypasses", "cache_full_bypasses",
-               "writeback_written", "cutoff_writethroughs")
-    wb = counters(raw, "wb", wb_keys)
-    room = counters(raw, "wbroom", wb_keys)
-    if not wb or not room:
+    wb = counters(raw, "wb", ("stats_total/bypassed", "sequential_bypasses", "congested_bypasses",
+                              "cache_full_bypasses", "writeback_written"))
+    if not wb:
         bad += 1
     ub = None
     if ublk == "1":
@@ -198,7 +186,6 @@ def main():
                       "order": "each round drives every configuration of a workload once, rotated by one per round",
                       "fio": "--time_based --randrepeat=0 --norandommap --lat_percentiles=1 (total latency)"},
            "workloads": out, "bars": bars, "hit_counters": hit, "writeback_counters": wb,
-           "room_writeback_counters": room,
            "ublk": ub, "ublk_requested": ublk == "1"}
     json.dump(doc, open(dst, "w"), indent=2)
     return 1 if bad else 0

@@ -829,8 +829,7 @@ DP_LABEL = {"raw": "raw file, fio io_uring O_DIRECT", "file": "`serve --backing 
             "hit": "cache hit (`--cache`, warm)", "qemu-nbd": "qemu-nbd `--aio=io_uring --cache=none`",
             "min": "minimal io_uring responder", "minw": "minimal io_uring responder (--write)", "mem": "`serve --backing mem:`", "nbdkit": "nbdkit memory",
             "null": "nbdkit null",
-            "wb": "ubcache writeback over a file",
-            "wbroom": "the same, cache 4× the written range"}
+            "wb": "ubcache writeback over a file"}
 
 
 # The issues' bars that are ratios to the raw file (the red marks of the plot).
@@ -892,12 +891,10 @@ def r_datapath(d, plots):
     out += _dp_table(wl, _dp_rows("read_1m_qd8", "QD8", "gbps"))
     out += ["### Writes: 4 KiB random write QD32, 1 MiB sequential write QD8", "",
             "The raw file here is a file of its own (the data file is being served); ubcache's writeback "
-            "configurations write into a formatted cache over a file backing device (sequential cutoff and "
-            "congestion thresholds 0, so every write goes to the cache). The first's cache is twice the written "
-            "range: once the range is dirty it is past cutoff_writeback (40 %), so its background writeback runs at "
-            "full speed, sharing the disk with the writes it measures, and some writes go through at the cutoff. "
-            "The second's (wbroom) is four times the range: the write path with room in the cache. Each daemon's "
-            "background writeback runs during its own runs and is paused (writeback_running 0) during the other "
+            "configuration writes into a formatted cache over a file backing device (sequential cutoff and "
+            "congestion thresholds 0, so every write goes to the cache); its background writeback runs as it "
+            "would during its own runs (at full speed once the cache is near cutoff_writeback, sharing the disk "
+            "with the writes it measures), and is paused (writeback_running 0) during the other "
             "configurations' write runs, which it would slow.", ""]
     out += _dp_table(wl, _dp_rows("randwrite_4k_qd32", "4 KiB QD32", "iops") + _dp_rows("write_1m_qd8", "1 MiB QD8", "gbps"))
     busy = [r["machine"] for x in wl.values() for cell in x["cells"].values() for r in cell["runs"]
@@ -913,15 +910,11 @@ def r_datapath(d, plots):
                 "~100 % means its row measured misses too.", ""]
     else:
         out += ["The cache-hit daemon's counters could not be read: its hit ratio is unknown.", ""]
-    for name, c in (("The writeback daemon", wb), ("The writeback daemon with room (wbroom)",
-                                                     d.get("room_writeback_counters"))):
-        if not c:
-            continue
-        e = c.get("end", {})
-        out += [f"{name} over the runs: {f0((c.get('stats_total/bypassed') or 0) / (1 << 20))} MiB "
-                f"bypassed the cache, {c.get('cache_full_bypasses', 0)} requests bypassed for a full cache, "
-                f"{c.get('cutoff_writethroughs', '?')} writes went through at the cutoff; "
-                f"{f0((c.get('writeback_written') or 0) / (1 << 20))} MiB written back; at the end "
+    if wb:
+        e = wb.get("end", {})
+        out += [f"The writeback daemon over the runs: {f0((wb.get('stats_total/bypassed') or 0) / (1 << 20))} MiB "
+                f"bypassed the cache, {wb.get('cache_full_bypasses', 0)} requests bypassed for a full cache; "
+                f"{f0((wb.get('writeback_written') or 0) / (1 << 20))} MiB written back; at the end "
                 f"{f0((e.get('dirty_data') or 0) / (1 << 20))} MiB dirty, {e.get('cache_available_percent', '?')} % "
                 "of the cache available.", ""]
     out += ["### Acceptance (issues 28 and 29), judged from this run's medians", ""]

@@ -21,19 +21,13 @@
 #             before it sleeps; nothing else) — what this machine carries
 #             with a client, a server and the disk
 #   wb        ubcache serve --cache C2 --backing B2 --cache-mode writeback
-#             (formatted; cutoff and thresholds 0): writes land in the cache;
-#             C2 is twice the written range, so once the range is dirty the
-#             cache is past cutoff_writeback (40 %): writeback at full speed
-#             on the same disk, and writes going through at the cutoff
-#   wbroom    the same with a cache four times the written range (all of it
-#             dirty is 25 %): the writeback write path with room in the
-#             cache, as a cache sized for its dirty working set runs
+#             (formatted; cutoff and thresholds 0): writes land in the cache
 #   minw      bench/nbd_min_responder --write on a file of its own: the least
 #             an io_uring NBD server does for a write (recv, O_DIRECT write,
 #             reply) — the writes' yardstick, as min is the reads'
 # Workloads: 4 KiB randread QD1 and QD32, 1 MiB sequential read QD8 (raw,
 # file, hit, qemu-nbd, min, mem, nbdkit, null); 4 KiB randwrite QD32 and 1 MiB
-# sequential write QD8 (raw, wb, wbroom, minw, mem, nbdkit, null). NBD configurations go
+# sequential write QD8 (raw, wb, minw, mem, nbdkit, null). NBD configurations go
 # through fio's nbd engine (libnbd, one connection). Every server is up for
 # the whole run; each round drives every configuration of a workload once,
 # the order rotated by one per round (A B C, B C A, ...). Files are SIZE of
@@ -73,7 +67,6 @@ if [[ $SECONDS_PER == *ms ]]; then run_len="${SECONDS_PER%ms} ms"; else run_len=
 # backing device fits with room for the index and the writes' garbage.
 backing_bytes=$(( size + (1 << 20) ))
 cache_bytes=$(( size * 2 ))
-room_cache_bytes=$(( size * 4 ))
 
 DATA=$WORK/datapath-data.img
 RAWW=$WORK/datapath-raw-write.img
@@ -82,8 +75,6 @@ HIT_CACHE=$WORK/datapath-hit-cache.img
 HIT_BACKING=$WORK/datapath-hit-backing.img
 WB_CACHE=$WORK/datapath-wb-cache.img
 WB_BACKING=$WORK/datapath-wb-backing.img
-ROOM_CACHE=$WORK/datapath-wbroom-cache.img
-ROOM_BACKING=$WORK/datapath-wbroom-backing.img
 bench_setup datapath
 trap 'mkdir -p "$SUITE_DIR/fio"; cp "$raw"/fio-*.json "$raw"/*.log "$raw"/*.cmd "$raw"/show-*.json "$SUITE_DIR/fio/" 2>/dev/null; bench_cleanup' EXIT
 
@@ -93,18 +84,14 @@ fill_file "$RAWW" "$size"
 fill_file "$MINW" "$size"
 fill_file "$HIT_BACKING" "$backing_bytes"
 fill_file "$WB_BACKING" "$backing_bytes"
-fill_file "$ROOM_BACKING" "$backing_bytes"
 # The caches are filled too: a write into an unwritten extent costs the
 # filesystem a conversion the raw file's writes do not pay.
 fill_file "$HIT_CACHE" "$cache_bytes"
 fill_file "$WB_CACHE" "$cache_bytes"
-fill_file "$ROOM_CACHE" "$room_cache_bytes"
 "$UBCACHE" format --cache "$HIT_CACHE" --backing "$HIT_BACKING" --force >"$raw/format-hit.log" 2>&1 ||
   { cat "$raw/format-hit.log" >&2; die "ubcache format (hit) failed"; }
 "$UBCACHE" format --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback --force \
   >"$raw/format-wb.log" 2>&1 || { cat "$raw/format-wb.log" >&2; die "ubcache format (writeback) failed"; }
-"$UBCACHE" format --cache "$ROOM_CACHE" --backing "$ROOM_BACKING" --cache-mode writeback --force \
-  >"$raw/format-wbroom.log" 2>&1 || { cat "$raw/format-wbroom.log" >&2; die "ubcache format (wbroom) failed"; }
 
 tuned=(--sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0)
 start_server file "$UBCACHE" serve --backing "$DATA" --read-only --nbd "unix:$raw/file.sock" ||
@@ -113,9 +100,6 @@ start_server hit "$UBCACHE" serve --cache "$HIT_CACHE" --backing "$HIT_BACKING" 
   --nbd "unix:$raw/hit.sock" --control "$raw/hit.ctl" || die "ubcache serve (cache) failed to start"
 start_server wb "$UBCACHE" serve --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback "${tuned[@]}" \
   --nbd "unix:$raw/wb.sock" --control "$raw/wb.ctl" || die "ubcache serve (writeback) failed to start"
-start_server wbroom "$UBCACHE" serve --cache "$ROOM_CACHE" --backing "$ROOM_BACKING" --cache-mode writeback \
-  "${tuned[@]}" --nbd "unix:$raw/wbroom.sock" --control "$raw/wbroom.ctl" ||
-  die "ubcache serve (writeback with room) failed to start"
 start_server mem "$UBCACHE" serve --backing "mem:$size" --nbd "unix:$raw/mem.sock" ||
   die "ubcache serve (mem:) failed to start"
 start_server qemu-nbd "$QEMU_NBD" --read-only --cache=none --aio=io_uring --format=raw --shared=8 --persistent \
@@ -126,7 +110,7 @@ start_server nbdkit "$NBDKIT" -f --exit-with-parent -U "$raw/nbdkit.sock" memory
   die "nbdkit memory failed to start"
 start_server null "$NBDKIT" -f --exit-with-parent -U "$raw/null.sock" null "$size" ||
   die "nbdkit null failed to start"
-for _ in $(seq 100); do [[ -S $raw/hit.ctl && -S $raw/wb.ctl && -S $raw/wbroom.ctl ]] && break; sleep 0.05; done
+for _ in $(seq 100); do [[ -S $raw/hit.ctl && -S $raw/wb.ctl ]] && break; sleep 0.05; done
 
 # seq_pass NAME RW: one sequential 1 MiB pass over the export NAME.
 seq_pass() {
@@ -147,25 +131,22 @@ declare -A WL=([randread_4k_qd1]="randread 4k 1" [randread_4k_qd32]="randread 4k
                [randwrite_4k_qd32]="randwrite 4k 32" [write_1m_qd8]="write 1m 8")
 workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_1m_qd8)
 read_configs=(raw file hit qemu-nbd min mem nbdkit null)
-servers_all=(file hit wb wbroom mem qemu-nbd min minw nbdkit null)  # every server started above
-write_configs=(raw wb wbroom minw mem nbdkit null)
-writeback_daemons=(wb wbroom)
+servers_all=(file hit wb mem qemu-nbd min minw nbdkit null)  # every server started above
+write_configs=(raw wb minw mem nbdkit null)
 
 run_one() {  # run_one WORKLOAD CONFIG ROUND
   local w=$1 c=$2 r=$3 tag="$1-$2-$3" rw bs qd args=()
   read -r rw bs qd <<<"${WL[$w]}"
-  # A writeback daemon's background writeback (at full speed once its
-  # cache is near cutoff_writeback, as wb's is here after the first writes)
-  # shares the disk: it runs during that daemon's own runs, where it is part
-  # of the cost, and is paused during every other configuration's writes,
-  # which it would slow (without the pause the raw file's 4 KiB writes went
-  # from 111k IOPS before wb's first writes to 74k after).
-  local d
-  for d in "${writeback_daemons[@]}"; do
-    [[ $rw == *write ]] && running "$d" || continue
-    "$UBCACHE" ctl --control "$raw/$d.ctl" set writeback_running "$([[ $c == "$d" ]] && echo 1 || echo 0)" \
-      >/dev/null 2>"$raw/$d-pause.err" || { cat "$raw/$d-pause.err" >&2; failures=$((failures + 1)); }
-  done
+  # The writeback daemon's background writeback (at full speed once its
+  # cache is near cutoff_writeback, as it is here after the first writes)
+  # shares the disk: it runs during the writeback runs, where it is part of
+  # the cost, and is paused during every other configuration's writes, which
+  # it would slow (without the pause the raw file's 4 KiB writes went from
+  # 111k IOPS before the writeback daemon's first writes to 74k after).
+  if [[ $rw == *write ]] && running wb; then
+    "$UBCACHE" ctl --control "$raw/wb.ctl" set writeback_running "$([[ $c == wb ]] && echo 1 || echo 0)" \
+      >/dev/null 2>"$raw/wb-pause.err" || { cat "$raw/wb-pause.err" >&2; failures=$((failures + 1)); }
+  fi
   if [[ $c == raw ]]; then
     local f=$DATA
     [[ $rw == *write ]] && f=$RAWW
@@ -190,7 +171,6 @@ show() {  # show DAEMON N: its counters into show-DAEMON-N.json
 
 show hit 0
 show wb 0
-show wbroom 0
 for w in "${workloads[@]}"; do
   if [[ $w == *write* ]]; then cs=("${write_configs[@]}"); else cs=("${read_configs[@]}"); fi
   [[ $w == randwrite_4k_qd32 ]] && show hit 1
@@ -200,7 +180,6 @@ for w in "${workloads[@]}"; do
   done
 done
 show wb 1
-show wbroom 1
 for s in "${servers_all[@]}"; do running "$s" || true; done
 for s in "${servers_all[@]}"; do stop_server "$s"; done
 
