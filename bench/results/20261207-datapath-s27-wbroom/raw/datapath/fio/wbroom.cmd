@@ -1,0 +1,1 @@
+/var/tmp/ubcache-bench/run/bin.bwyjdH/ubcache serve --cache /var/tmp/ubcache-bench/run/datapath-wbroom-cache.img --backing /var/tmp/ubcache-bench/run/datapath-wbroom-backing.img --cache-mode writeback --sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0 --nbd unix:/tmp/datapath.J8aBbH/wbroom.sock --control /tmp/datapath.J8aBbH/wbroom.ctl
