@@ -14,51 +14,54 @@ using namespace ubcache;
 
 namespace {
 
-// The sendmsg sizes in which `n` read replies of `data` bytes each, all
-// ready at once, leave: SendNow's loop, reply by reply.
-std::vector<size_t> Sends(size_t n, size_t data) {
-  std::vector<size_t> sends;
+struct Batch {
+  size_t replies = 0, bytes = 0;
+};
+
+// The sendmsgs in which `n` replies of `bytes` bytes and `iovs` iovecs
+// each, all ready at once, leave: SendNow's loop, reply by reply.
+std::vector<Batch> Sends(size_t n, size_t bytes, size_t iovs) {
+  std::vector<Batch> sends;
   size_t i = 0;
   while (i < n) {
-    size_t iovs = 0, bytes = 0;
-    while (i < n && NbdConnection::SendBatchHasRoom(iovs, bytes)) {
-      iovs += 2;  // header, data
-      bytes += 16 + data;
+    Batch b;
+    size_t used = 0;
+    while (i < n && NbdConnection::SendBatchHasRoom(used, b.bytes)) {
+      used += iovs;
+      b.bytes += bytes;
+      b.replies++;
       i++;
     }
-    sends.push_back(bytes);
+    sends.push_back(b);
   }
   return sends;
 }
 
+// A read reply: the 16-byte header and the data, two iovecs.
+std::vector<Batch> ReadReplies(size_t n, size_t data) { return Sends(n, 16 + data, 2); }
+
 }  // namespace
 
 TEST_CASE("nbd: 1 MiB read replies ready together leave one per sendmsg", "[nbd]") {
-  std::vector<size_t> sends = Sends(8, 1 << 20);
+  std::vector<Batch> sends = ReadReplies(8, 1 << 20);
   REQUIRE(sends.size() == 8);
-  for (size_t s : sends) CHECK(s == 16 + (1u << 20));
+  for (const Batch& b : sends) CHECK(b.bytes == 16 + (1u << 20));
 }
 
 TEST_CASE("nbd: a batch takes replies until it holds the byte bound, the crossing one included", "[nbd]") {
-  std::vector<size_t> sends = Sends(8, 192 << 10);  // two make 384 KiB > 256 KiB
+  std::vector<Batch> sends = ReadReplies(8, 192 << 10);  // two make 384 KiB > 256 KiB
   REQUIRE(sends.size() == 4);
-  for (size_t s : sends) CHECK(s == 2 * (16 + (192u << 10)));
+  for (const Batch& b : sends) CHECK(b.bytes == 2 * (16 + (192u << 10)));
 }
 
 TEST_CASE("nbd: 4 KiB read replies at QD32 leave in one sendmsg", "[nbd]") {
-  std::vector<size_t> sends = Sends(32, 4096);
+  std::vector<Batch> sends = ReadReplies(32, 4096);
   REQUIRE(sends.size() == 1);
-  CHECK(sends[0] == 32 * (16 + 4096));
+  CHECK(sends[0].bytes == 32 * (16 + 4096));
 }
 
 TEST_CASE("nbd: header-only replies (writes) batch up to the iovec limit", "[nbd]") {
-  std::vector<size_t> sends;
-  size_t i = 0, n = 1000;
-  while (i < n) {
-    size_t iovs = 0, bytes = 0;
-    while (i < n && NbdConnection::SendBatchHasRoom(iovs, bytes)) iovs++, bytes += 16, i++;
-    sends.push_back(iovs);
-  }
+  std::vector<Batch> sends = Sends(1000, 16, 1);
   REQUIRE(sends.size() >= 2);
-  CHECK(sends[0] >= 500);  // IOV_MAX-sized batches, not 256 KiB-sized ones
+  CHECK(sends[0].replies >= 500);  // IOV_MAX-sized batches, not 256 KiB-sized ones
 }
