@@ -1,0 +1,1 @@
+fio --name=randread_4k_qd1-null-2 --rw=randread --bs=4k --iodepth=1 --time_based --runtime=10 --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99 --output-format=json --size=1073741824 --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/datapath.kKqj3J/null.sock
