@@ -4,11 +4,14 @@ and configuration the rounds' fio numbers and server CPU, their medians and
 min–max, the ratio to the raw file per round, and issues 28's and 29's
 acceptance bars judged from the medians.
 
-  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON QUICK
+  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON QUICK [PAIRS PAIR_SECONDS]
 
 RAW holds what the suite's `measured` runs left (fio-W-C-R.json,
-cpu-W-C-R.tsv, stat-W-C-R.txt, show-DAEMON-N.json). Exit 1 when a run's
-output is missing or unreadable."""
+cpu-W-C-R.tsv, stat-W-C-R.txt, show-DAEMON-N.json; R is the round, or pN
+for the Nth paired run). A bar comparing two servers (PAIRED) is judged
+from the median of their per-pair ratios when the suite ran pairs, with the
+rounds' ratio beside it as INFO. Exit 1 when a run's output is missing or
+unreadable."""
 import json
 import statistics
 import sys
@@ -23,6 +26,7 @@ WORKLOADS = {  # name: (fio direction, metric, configurations)
     "write_1m_qd8": ("write", "gbps", ["raw", "wb", "minw", "mem", "nbdkit", "null"]),
 }
 KEYS = ("iops", "gbps", "p50_us", "p99_us", "server_cpu_us_per_io", "fio_cpu_pct")
+PAIRED = {"randread_4k_qd1": ("hit", "qemu-nbd"), "read_1m_qd8": ("hit", "file")}  # as the suite's PAIRED
 bad = 0
 
 
@@ -72,6 +76,7 @@ def counters(raw, daemon, keys):
 def main():
     global bad
     raw, dst, rounds, seconds, size, cache_bytes, versions, servers, ublk, ublk_json, quick = sys.argv[1:12]
+    pairs, pair_seconds = (int(sys.argv[12]), sys.argv[13]) if len(sys.argv) > 13 else (0, None)
     rounds = int(rounds)
     out = {}
     for w, (_, metric, configs) in WORKLOADS.items():
@@ -86,6 +91,8 @@ def main():
                  if a and b and b[metric]]
             cells[c]["ratio_to_raw"] = {"per_round": v, "median": med(v), "range": span(v)}
         out[w] = {"metric": metric, "configs": configs, "cells": cells}
+        if w in PAIRED and pairs:
+            out[w]["pairs"] = {c: [one(raw, w, c, f"p{p}") for p in range(1, pairs + 1)] for c in PAIRED[w]}
 
     def m(w, c, k):
         return out[w]["cells"][c]["median"][k]
@@ -95,7 +102,25 @@ def main():
              if x and y and y[k]]
         return med(v), span(v)
 
+    def per_pair(w, a, b, k):
+        """The median and range of a/b over the pairs, or (None, None) without pairs."""
+        p = out[w].get("pairs")
+        if not p:
+            return None, None
+        v = [x[k] / y[k] for x, y in zip(p[a], p[b]) if x and y and x.get(k) and y.get(k)]
+        return med(v), span(v)
+
+    def pair_med(w, c, k):
+        return med([x.get(k) for x in out[w].get("pairs", {}).get(c, []) if x])
+
     bars = []
+
+    def pair_bar(w, a, b, k, text, limit, ok, unit, fmt):
+        """A bar on a/b judged from the median of the per-pair ratios."""
+        v, rg = per_pair(w, a, b, k)
+        bar(28, f"{text}, judged from {pairs} back-to-back pairs (median of the per-pair ratios)", v, limit, ok,
+            f"{times(v, rg)}; medians {pair_med(w, a, k):{fmt}} against {pair_med(w, b, k):{fmt}} {unit}"
+            if v is not None else None)
 
     def times(v, rg):
         if v is None:
@@ -132,15 +157,26 @@ def main():
     lim = rw + mm + 5 if rw is not None and mm is not None else None
     bar(28, "4 KiB randread QD1: cache-hit p50 ≤ raw p50 + mem: p50 + 5 µs", h, lim, le,
         f"{h:.1f} µs against {rw:.1f} + {mm:.1f} + 5 = {lim:.1f} µs" if h is not None and lim is not None else None)
-    bar(28, "4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50", h, q, lt,
-        f"{h:.1f} µs against {q:.1f} µs" if h is not None and q is not None else None)
+    paired = bool(out[w].get("pairs"))
+    bar(28, "4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50" + (" (the rounds' medians)" if paired else ""),
+        h, q, lt, f"{h:.1f} µs against {q:.1f} µs" if h is not None and q is not None else None, info=paired)
+    if paired:
+        pair_bar(w, "hit", "qemu-nbd", "p50_us", "4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50 (ratio < 1)",
+                 1.0, lt, "µs", ".1f")
     w = "read_1m_qd8"
+    paired = bool(out[w].get("pairs"))
     v, rg = per_round(w, "hit", "file", "gbps")
-    bar(28, "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`", v, 0.95, ge,
-        times(v, rg))
+    bar(28, "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`" + (" (the rounds)" if paired else ""),
+        v, 0.95, ge, times(v, rg), info=paired)
     hc, fc = m(w, "hit", "server_cpu_us_per_io"), m(w, "file", "server_cpu_us_per_io")
-    bar(28, "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's", hc / fc if hc and fc else None,
-        1.2, le, f"{hc:.0f} µs against {fc:.0f} µs ({hc / fc:.2f}×)" if hc and fc else None)
+    bar(28, "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's" +
+        (" (the rounds' medians)" if paired else ""), hc / fc if hc and fc else None,
+        1.2, le, f"{hc:.0f} µs against {fc:.0f} µs ({hc / fc:.2f}×)" if hc and fc else None, info=paired)
+    if paired:
+        pair_bar(w, "hit", "file", "gbps", "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`", 0.95, ge,
+                 "GB/s", ".2f")
+        pair_bar(w, "hit", "file", "server_cpu_us_per_io",
+                 "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's", 1.2, le, "µs", ".0f")
     v, rg = per_round("randwrite_4k_qd32", "wb", "raw", "iops")
     bar(29, "4 KiB randwrite QD32: writeback over a file ≥ 0.85× the raw file", v, 0.85, ge,
         times(v, rg))
@@ -180,7 +216,12 @@ def main():
         if ub is None:
             bad += 1
     secs = int(seconds[:-2]) / 1000 if seconds.endswith("ms") else int(seconds)
+    psecs = None
+    if pair_seconds:
+        psecs = int(pair_seconds[:-2]) / 1000 if pair_seconds.endswith("ms") else int(pair_seconds)
     doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": secs, "size_bytes": int(size),
+                      "pairs": pairs, "pair_seconds": psecs,
+                      "paired": {w: list(c) for w, c in PAIRED.items()},
                       "cache_bytes": int(cache_bytes), "versions": versions,
                       "servers": dict(l.split("=", 1) for l in servers.splitlines() if "=" in l),
                       "order": "each round drives every configuration of a workload once, rotated by one per round",

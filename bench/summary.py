@@ -917,7 +917,18 @@ def r_datapath(d, plots):
                 f"{f0((wb.get('writeback_written') or 0) / (1 << 20))} MiB written back; at the end "
                 f"{f0((e.get('dirty_data') or 0) / (1 << 20))} MiB dirty, {e.get('cache_available_percent', '?')} % "
                 "of the cache available.", ""]
-    out += ["### Acceptance (issues 28 and 29), judged from this run's medians", ""]
+    for w, (a, b) in cfg.get("paired", {}).items():
+        p = wl.get(w, {}).get("pairs")
+        if not p:
+            continue
+        k = "p50_us" if w == "randread_4k_qd1" else "gbps"
+        unit = "µs p50" if k == "p50_us" else "GB/s"
+        def row(c):
+            return ", ".join("—" if not r else f1(r.get(k)) if k == "p50_us" else f"{r[k]:.2f}" for r in p[c])
+        out += [f"Paired runs, {w}: {cfg['pairs']} pairs of {cfg['pair_seconds']} s runs of {a} and {b} back to "
+                f"back after the rounds, the order alternated ({a} first in odd pairs). {a}: {row(a)} {unit}; "
+                f"{b}: {row(b)} {unit}.", ""]
+    out += ["### Acceptance (issues 28 and 29), judged from this run's medians (paired bars: from the pairs)", ""]
     for b in d.get("bars", []):
         v = "INFO" if b.get("info") else ("—" if b["pass"] is None else ("PASS" if b["pass"] else "MISS"))
         out.append(f"    {v} issue {b['issue']}: {b['bar']} — {b['shown'] or 'not measured'}")

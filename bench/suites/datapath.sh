@@ -37,9 +37,18 @@
 # `serve --ublk` beside `serve --nbd` in a qemu guest (vm-run; emulated, so
 # functional timings only), into ublk.json: ~5 min (guests serialize on
 # vm-run's lock), so it is not on by default.
+# Paired comparisons: a bar that compares two servers with each other (issue
+# 28's 1 MiB cache hit against the file export, its QD1 cache hit against
+# qemu-nbd) is judged from DP_PAIRS short runs of just those two back to
+# back (A B, B A, A B, ...) right after the workload's rounds, by the median
+# of the per-pair ratios: the two read different files of one shared disk,
+# whose rate drifts by more than those bars' margins between runs 80 s
+# apart in a round (session 27: 1 MiB hit ÷ file 0.86–1.37 over four runs
+# of the same code). The rounds still give every row of the tables.
 # Environment: DP_SECONDS (10; --quick 500ms), DP_ROUNDS (2; --quick 1), DP_SIZE
-# (1G; --quick 128M), DATAPATH_UBLK (0), FILL (1; --quick 0: files of the
-# right size are reused). --quick is a check that the suite works (~1 min on
+# (1G; --quick 128M), DP_PAIRS (6; --quick 1), DP_PAIR_SECONDS (5; --quick
+# 500ms), DATAPATH_UBLK (0), FILL (1; --quick 0: files of the right size are
+# reused). --quick is a check that the suite works (~1 min on
 # an idle machine, ~2 on a loaded one), not a measurement.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -48,9 +57,12 @@ FIO=${FIO:-fio}
 NBDKIT=${NBDKIT:-nbdkit}
 QEMU_NBD=${QEMU_NBD:-qemu-nbd}
 PYTHON=${PYTHON:-python3}
-if [[ $QUICK == 1 ]]; then d_s=500ms d_r=1 d_size=128M FILL=${FILL:-0}; else d_s=10 d_r=2 d_size=1G; fi
+if [[ $QUICK == 1 ]]; then d_s=500ms d_r=1 d_size=128M d_p=1 d_ps=500ms FILL=${FILL:-0}
+else d_s=10 d_r=2 d_size=1G d_p=6 d_ps=5; fi
 SECONDS_PER=${DP_SECONDS:-$d_s}
 ROUNDS=${DP_ROUNDS:-$d_r}
+PAIRS=${DP_PAIRS:-$d_p}
+PAIR_SECONDS=${DP_PAIR_SECONDS:-$d_ps}
 SIZE=${DP_SIZE:-$d_size}
 UBLK=${DATAPATH_UBLK:-0}
 export FILL=${FILL:-1}
@@ -58,10 +70,12 @@ export FILL=${FILL:-1}
 for t in "$FIO" "$NBDKIT" "$QEMU_NBD" "$PYTHON"; do command -v "$t" >/dev/null || { echo "datapath: $t not found" >&2; exit 2; }; done
 [[ -x $RESPONDER ]] || { echo "datapath: $RESPONDER is not built (target nbd_min_responder)" >&2; exit 2; }
 "$FIO" --enghelp 2>/dev/null | grep -qw nbd || { echo "datapath: this fio has no nbd engine" >&2; exit 2; }
-[[ $SECONDS_PER =~ ^[1-9][0-9]*(ms)?$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
-  { echo "datapath: DP_SECONDS is N (seconds) or Nms, DP_ROUNDS a positive integer" >&2; exit 2; }
+[[ $SECONDS_PER =~ ^[1-9][0-9]*(ms)?$ && $PAIR_SECONDS =~ ^[1-9][0-9]*(ms)?$ && $ROUNDS =~ ^[1-9][0-9]*$ &&
+   $PAIRS =~ ^[0-9]+$ ]] ||
+  { echo "datapath: DP_SECONDS and DP_PAIR_SECONDS are N (seconds) or Nms, DP_ROUNDS a positive integer," \
+      "DP_PAIRS an integer (0: no paired runs)" >&2; exit 2; }
 size=$(to_bytes "$SIZE")
-if [[ $SECONDS_PER == *ms ]]; then run_len="${SECONDS_PER%ms} ms"; else run_len="$SECONDS_PER s"; fi
+span_of() { if [[ $1 == *ms ]]; then echo "${1%ms} ms"; else echo "$1 s"; fi; }
 # A backing device's data starts after its 8 KiB superblock: one MiB more
 # keeps every export at least SIZE long. Caches are twice SIZE, so all of a
 # backing device fits with room for the index and the writes' garbage.
@@ -124,18 +138,20 @@ seq_pass hit read
 # The cache writes of the warm-up finish after the reads are answered.
 sleep 1
 
-common=(--time_based --runtime="$SECONDS_PER" --randrepeat=0 --norandommap --lat_percentiles=1
+common=(--time_based --randrepeat=0 --norandommap --lat_percentiles=1
         --percentile_list=50:99 --output-format=json --size="$size")
 # Workload name -> fio's rw, bs, iodepth.
 declare -A WL=([randread_4k_qd1]="randread 4k 1" [randread_4k_qd32]="randread 4k 32" [read_1m_qd8]="read 1m 8"
                [randwrite_4k_qd32]="randwrite 4k 32" [write_1m_qd8]="write 1m 8")
 workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_1m_qd8)
+# Workload -> the two configurations run in pairs after its rounds.
+declare -A PAIRED=([randread_4k_qd1]="hit qemu-nbd" [read_1m_qd8]="hit file")
 read_configs=(raw file hit qemu-nbd min mem nbdkit null)
 servers_all=(file hit wb mem qemu-nbd min minw nbdkit null)  # every server started above
 write_configs=(raw wb minw mem nbdkit null)
 
-run_one() {  # run_one WORKLOAD CONFIG ROUND
-  local w=$1 c=$2 r=$3 tag="$1-$2-$3" rw bs qd args=()
+run_one() {  # run_one WORKLOAD CONFIG ROUND [SECONDS]: ROUND is N, or pN for a paired run
+  local w=$1 c=$2 r=$3 len=${4:-$SECONDS_PER} tag="$1-$2-$3" rw bs qd args=() what
   read -r rw bs qd <<<"${WL[$w]}"
   # The writeback daemon's background writeback (at full speed once its
   # cache is near cutoff_writeback, as it is here after the first writes)
@@ -155,10 +171,11 @@ run_one() {  # run_one WORKLOAD CONFIG ROUND
     running "$c" || return 0
     args=(--ioengine=nbd --uri="${URI[$c]}")
   fi
-  bench_progress "round $r/$ROUNDS: $w, $c, $run_len"
-  echo "$FIO --name=$tag --rw=$rw --bs=$bs --iodepth=$qd ${common[*]} ${args[*]}" >"$raw/fio-$tag.cmd"
-  if ! measured "$tag" "${PID[$c]:-}" "$FIO" --name="$tag" --rw="$rw" --bs="$bs" --iodepth="$qd" "${common[@]}" \
-      "${args[@]}" --output="$raw/fio-$tag.json" >"$raw/fio-$tag.err" 2>&1; then
+  if [[ $r == p* ]]; then what="pair ${r#p}/$PAIRS"; else what="round $r/$ROUNDS"; fi
+  bench_progress "$what: $w, $c, $(span_of "$len")"
+  echo "$FIO --name=$tag --rw=$rw --bs=$bs --iodepth=$qd --runtime=$len ${common[*]} ${args[*]}" >"$raw/fio-$tag.cmd"
+  if ! measured "$tag" "${PID[$c]:-}" "$FIO" --name="$tag" --rw="$rw" --bs="$bs" --iodepth="$qd" --runtime="$len" \
+      "${common[@]}" "${args[@]}" --output="$raw/fio-$tag.json" >"$raw/fio-$tag.err" 2>&1; then
     echo "datapath: fio $tag failed:" >&2; cat "$raw/fio-$tag.err" >&2
     failures=$((failures + 1))
   fi
@@ -177,6 +194,12 @@ for w in "${workloads[@]}"; do
   k=${#cs[@]}
   for ((r = 1; r <= ROUNDS; r++)); do
     for ((i = 0; i < k; i++)); do run_one "$w" "${cs[$(( (i + r - 1) % k ))]}" "$r"; done
+  done
+  [[ -n ${PAIRED[$w]:-} ]] || continue
+  read -r pa pb <<<"${PAIRED[$w]}"
+  for ((p = 1; p <= PAIRS; p++)); do
+    if ((p % 2)); then run_one "$w" "$pa" "p$p" "$PAIR_SECONDS"; run_one "$w" "$pb" "p$p" "$PAIR_SECONDS"
+    else run_one "$w" "$pb" "p$p" "$PAIR_SECONDS"; run_one "$w" "$pa" "p$p" "$PAIR_SECONDS"; fi
   done
 done
 show wb 1
@@ -197,6 +220,7 @@ versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_N
 servers=""
 for s in "${servers_all[@]}"; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
 PYTHONPATH="$bench" "$PYTHON" "$bench/datapath_result.py" "$raw" "$SUITE_DIR/result.json" "$ROUNDS" \
-  "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" ||
+  "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" "$PAIRS" \
+  "$PAIR_SECONDS" ||
   failures=$((failures + 1))
 bench_finish
