@@ -4,14 +4,14 @@ and configuration the rounds' fio numbers and server CPU, their medians and
 min–max, the ratio to the raw file per round, and issues 28's and 29's
 acceptance bars judged from the medians.
 
-  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON QUICK [PAIRS PAIR_SECONDS]
+  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON QUICK [SETS SET_SECONDS]
 
 RAW holds what the suite's `measured` runs left (fio-W-C-R.json,
-cpu-W-C-R.tsv, stat-W-C-R.txt, show-DAEMON-N.json; R is the round, or pN
-for the Nth paired run). A bar comparing two servers (PAIRED) is judged
-from the median of their per-pair ratios when the suite ran pairs, with the
-rounds' ratio beside it as INFO. Exit 1 when a run's output is missing or
-unreadable."""
+cpu-W-C-R.tsv, stat-W-C-R.txt, show-DAEMON-N.json; R is the round, or sN
+for the Nth back-to-back set). A bar comparing servers with each other
+(SET_OF) is judged from the median of its per-set values when the suite ran
+sets, with the rounds' value beside it as INFO. Exit 1 when a run's output
+is missing or unreadable."""
 import json
 import statistics
 import sys
@@ -26,7 +26,7 @@ WORKLOADS = {  # name: (fio direction, metric, configurations)
     "write_1m_qd8": ("write", "gbps", ["raw", "wb", "minw", "mem", "nbdkit", "null"]),
 }
 KEYS = ("iops", "gbps", "p50_us", "p99_us", "server_cpu_us_per_io", "fio_cpu_pct")
-PAIRED = {"randread_4k_qd1": ("hit", "qemu-nbd"), "read_1m_qd8": ("hit", "file")}  # as the suite's PAIRED
+SET_OF = {"randread_4k_qd1": ("hit", "qemu-nbd", "raw", "mem"), "read_1m_qd8": ("hit", "file")}  # as the suite's
 bad = 0
 
 
@@ -76,7 +76,7 @@ def counters(raw, daemon, keys):
 def main():
     global bad
     raw, dst, rounds, seconds, size, cache_bytes, versions, servers, ublk, ublk_json, quick = sys.argv[1:12]
-    pairs, pair_seconds = (int(sys.argv[12]), sys.argv[13]) if len(sys.argv) > 13 else (0, None)
+    sets, set_seconds = (int(sys.argv[12]), sys.argv[13]) if len(sys.argv) > 13 else (0, None)
     rounds = int(rounds)
     out = {}
     for w, (_, metric, configs) in WORKLOADS.items():
@@ -91,8 +91,8 @@ def main():
                  if a and b and b[metric]]
             cells[c]["ratio_to_raw"] = {"per_round": v, "median": med(v), "range": span(v)}
         out[w] = {"metric": metric, "configs": configs, "cells": cells}
-        if w in PAIRED and pairs:
-            out[w]["pairs"] = {c: [one(raw, w, c, f"p{p}") for p in range(1, pairs + 1)] for c in PAIRED[w]}
+        if w in SET_OF and sets:
+            out[w]["sets"] = {c: [one(raw, w, c, f"s{p}") for p in range(1, sets + 1)] for c in SET_OF[w]}
 
     def m(w, c, k):
         return out[w]["cells"][c]["median"][k]
@@ -102,30 +102,31 @@ def main():
              if x and y and y[k]]
         return med(v), span(v)
 
-    def per_pair(w, a, b, k):
-        """The median and range of a/b over the pairs, or (None, None) without pairs."""
-        p = out[w].get("pairs")
-        if not p:
+    def per_set(w, k, f):
+        """The median and range over the sets of f(the set's k by configuration), or (None, None)."""
+        sv = out[w].get("sets")
+        if not sv:
             return None, None
-        v = [x[k] / y[k] for x, y in zip(p[a], p[b]) if x and y and x.get(k) and y.get(k)]
+        v = []
+        for i in range(sets):
+            vals = {c: (sv[c][i] or {}).get(k) for c in sv}
+            if all(x is not None for x in vals.values()):
+                v.append(f(vals))
         return med(v), span(v)
 
-    def pair_med(w, c, k):
-        return med([x.get(k) for x in out[w].get("pairs", {}).get(c, []) if x])
+    def set_med(w, c, k):
+        return med([x.get(k) for x in out[w].get("sets", {}).get(c, []) if x])
 
     bars = []
 
-    def pair_bar(w, a, b, k, text, limit, ok, unit, fmt):
-        """A bar on a/b judged from the median of the per-pair ratios."""
-        v, rg = per_pair(w, a, b, k)
-        bar(28, f"{text}, judged from {pairs} back-to-back pairs (median of the per-pair ratios)", v, limit, ok,
-            f"{times(v, rg)}; medians {pair_med(w, a, k):{fmt}} against {pair_med(w, b, k):{fmt}} {unit}"
-            if v is not None else None)
+    def set_bar(text, v, limit, ok, shown):
+        bar(28, f"{text}, judged from {sets} back-to-back sets (median of the per-set values)", v, limit, ok,
+            shown if v is not None else None)
 
-    def times(v, rg):
+    def times(v, rg, of="rounds"):
         if v is None:
             return None
-        return f"{v:.2f}×" + (f" (rounds {rg[0]:.2f}–{rg[1]:.2f})" if rg[0] != rg[1] else "")
+        return f"{v:.2f}×" + (f" ({of} {rg[0]:.2f}–{rg[1]:.2f})" if rg[0] != rg[1] else "")
 
     def bar(issue, text, value, limit, ok, shown, info=False):
         bars.append({"issue": issue, "bar": text, "value": value, "limit": limit, "shown": shown, "info": info,
@@ -155,28 +156,42 @@ def main():
     w = "randread_4k_qd1"
     h, rw, mm, q = (m(w, c, "p50_us") for c in ("hit", "raw", "mem", "qemu-nbd"))
     lim = rw + mm + 5 if rw is not None and mm is not None else None
-    bar(28, "4 KiB randread QD1: cache-hit p50 ≤ raw p50 + mem: p50 + 5 µs", h, lim, le,
-        f"{h:.1f} µs against {rw:.1f} + {mm:.1f} + 5 = {lim:.1f} µs" if h is not None and lim is not None else None)
-    paired = bool(out[w].get("pairs"))
-    bar(28, "4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50" + (" (the rounds' medians)" if paired else ""),
-        h, q, lt, f"{h:.1f} µs against {q:.1f} µs" if h is not None and q is not None else None, info=paired)
-    if paired:
-        pair_bar(w, "hit", "qemu-nbd", "p50_us", "4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50 (ratio < 1)",
-                 1.0, lt, "µs", ".1f")
+    in_sets = bool(out[w].get("sets"))
+    info = " (the rounds' medians)" if in_sets else ""
+    bar(28, "4 KiB randread QD1: cache-hit p50 ≤ raw p50 + mem: p50 + 5 µs" + info, h, lim, le,
+        f"{h:.1f} µs against {rw:.1f} + {mm:.1f} + 5 = {lim:.1f} µs" if h is not None and lim is not None else None,
+        info=in_sets)
+    bar(28, "4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50" + info,
+        h, q, lt, f"{h:.1f} µs against {q:.1f} µs" if h is not None and q is not None else None, info=in_sets)
+    if in_sets:
+        v, rg = per_set(w, "p50_us", lambda x: x["hit"] - x["raw"] - x["mem"])
+        sm = {c: set_med(w, c, "p50_us") for c in SET_OF[w]}
+        shown = None
+        if v is not None:
+            shown = (f"{v:+.1f} µs" + (f" (sets {rg[0]:+.1f} to {rg[1]:+.1f})" if rg[0] != rg[1] else "") +
+                     f"; medians hit {sm['hit']:.1f}, raw {sm['raw']:.1f}, mem: {sm['mem']:.1f} µs")
+        set_bar("4 KiB randread QD1: cache-hit p50 − raw p50 − mem: p50 ≤ 5 µs", v, 5.0, le, shown)
+        v, rg = per_set(w, "p50_us", lambda x: x["hit"] / x["qemu-nbd"])
+        set_bar("4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50 (ratio < 1)", v, 1.0, lt,
+                f"{times(v, rg, 'sets')}; medians {sm['hit']:.1f} against {sm['qemu-nbd']:.1f} µs"
+                if v is not None else None)
     w = "read_1m_qd8"
-    paired = bool(out[w].get("pairs"))
+    in_sets = bool(out[w].get("sets"))
     v, rg = per_round(w, "hit", "file", "gbps")
-    bar(28, "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`" + (" (the rounds)" if paired else ""),
-        v, 0.95, ge, times(v, rg), info=paired)
+    bar(28, "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`" + (" (the rounds)" if in_sets else ""),
+        v, 0.95, ge, times(v, rg), info=in_sets)
     hc, fc = m(w, "hit", "server_cpu_us_per_io"), m(w, "file", "server_cpu_us_per_io")
     bar(28, "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's" +
-        (" (the rounds' medians)" if paired else ""), hc / fc if hc and fc else None,
-        1.2, le, f"{hc:.0f} µs against {fc:.0f} µs ({hc / fc:.2f}×)" if hc and fc else None, info=paired)
-    if paired:
-        pair_bar(w, "hit", "file", "gbps", "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`", 0.95, ge,
-                 "GB/s", ".2f")
-        pair_bar(w, "hit", "file", "server_cpu_us_per_io",
-                 "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's", 1.2, le, "µs", ".0f")
+        (" (the rounds' medians)" if in_sets else ""), hc / fc if hc and fc else None,
+        1.2, le, f"{hc:.0f} µs against {fc:.0f} µs ({hc / fc:.2f}×)" if hc and fc else None, info=in_sets)
+    if in_sets:
+        for k, text, limit, ok, unit, fmt in (
+                ("gbps", "1 MiB seq read QD8: cache hit ≥ 0.95× `serve --backing FILE`", 0.95, ge, "GB/s", ".2f"),
+                ("server_cpu_us_per_io", "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's",
+                 1.2, le, "µs", ".0f")):
+            v, rg = per_set(w, k, lambda x: x["hit"] / x["file"])
+            set_bar(text, v, limit, ok, f"{times(v, rg, 'sets')}; medians {set_med(w, 'hit', k):{fmt}} against "
+                    f"{set_med(w, 'file', k):{fmt}} {unit}" if v is not None else None)
     v, rg = per_round("randwrite_4k_qd32", "wb", "raw", "iops")
     bar(29, "4 KiB randwrite QD32: writeback over a file ≥ 0.85× the raw file", v, 0.85, ge,
         times(v, rg))
@@ -216,12 +231,12 @@ def main():
         if ub is None:
             bad += 1
     secs = int(seconds[:-2]) / 1000 if seconds.endswith("ms") else int(seconds)
-    psecs = None
-    if pair_seconds:
-        psecs = int(pair_seconds[:-2]) / 1000 if pair_seconds.endswith("ms") else int(pair_seconds)
+    ssecs = None
+    if set_seconds:
+        ssecs = int(set_seconds[:-2]) / 1000 if set_seconds.endswith("ms") else int(set_seconds)
     doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": secs, "size_bytes": int(size),
-                      "pairs": pairs, "pair_seconds": psecs,
-                      "paired": {w: list(c) for w, c in PAIRED.items()},
+                      "sets": sets, "set_seconds": ssecs,
+                      "set_of": {w: list(c) for w, c in SET_OF.items()},
                       "cache_bytes": int(cache_bytes), "versions": versions,
                       "servers": dict(l.split("=", 1) for l in servers.splitlines() if "=" in l),
                       "order": "each round drives every configuration of a workload once, rotated by one per round",

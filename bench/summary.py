@@ -917,18 +917,19 @@ def r_datapath(d, plots):
                 f"{f0((wb.get('writeback_written') or 0) / (1 << 20))} MiB written back; at the end "
                 f"{f0((e.get('dirty_data') or 0) / (1 << 20))} MiB dirty, {e.get('cache_available_percent', '?')} % "
                 "of the cache available.", ""]
-    for w, (a, b) in cfg.get("paired", {}).items():
-        p = wl.get(w, {}).get("pairs")
-        if not p:
+    for w, group in cfg.get("set_of", {}).items():
+        sv = wl.get(w, {}).get("sets")
+        if not sv:
             continue
-        k = "p50_us" if w == "randread_4k_qd1" else "gbps"
-        unit = "µs p50" if k == "p50_us" else "GB/s"
+        k, unit = ("p50_us", "µs p50") if w == "randread_4k_qd1" else ("gbps", "GB/s")
+
         def row(c):
-            return ", ".join("—" if not r else f1(r.get(k)) if k == "p50_us" else f"{r[k]:.2f}" for r in p[c])
-        out += [f"Paired runs, {w}: {cfg['pairs']} pairs of {cfg['pair_seconds']} s runs of {a} and {b} back to "
-                f"back after the rounds, the order alternated ({a} first in odd pairs). {a}: {row(a)} {unit}; "
-                f"{b}: {row(b)} {unit}.", ""]
-    out += ["### Acceptance (issues 28 and 29), judged from this run's medians (paired bars: from the pairs)", ""]
+            return ", ".join("—" if not r else f1(r.get(k)) if k == "p50_us" else f"{r[k]:.2f}" for r in sv[c])
+        out += [f"Back-to-back sets, {w}: {cfg['sets']} sets of one {cfg['set_seconds']} s run of each of "
+                f"{', '.join(group)}, after the rounds, the order rotated by one per set. " +
+                "; ".join(f"{c}: {row(c)}" for c in group) + f" ({unit}).", ""]
+    out += ["### Acceptance (issues 28 and 29), judged from this run's medians (bars between servers: from the sets)",
+            ""]
     for b in d.get("bars", []):
         v = "INFO" if b.get("info") else ("—" if b["pass"] is None else ("PASS" if b["pass"] else "MISS"))
         out.append(f"    {v} issue {b['issue']}: {b['bar']} — {b['shown'] or 'not measured'}")

@@ -37,16 +37,19 @@
 # `serve --ublk` beside `serve --nbd` in a qemu guest (vm-run; emulated, so
 # functional timings only), into ublk.json: ~5 min (guests serialize on
 # vm-run's lock), so it is not on by default.
-# Paired comparisons: a bar that compares two servers with each other (issue
-# 28's 1 MiB cache hit against the file export, its QD1 cache hit against
-# qemu-nbd) is judged from DP_PAIRS short runs of just those two back to
-# back (A B, B A, A B, ...) right after the workload's rounds, by the median
-# of the per-pair ratios: the two read different files of one shared disk,
-# whose rate drifts by more than those bars' margins between runs 80 s
-# apart in a round (session 27: 1 MiB hit ÷ file 0.86–1.37 over four runs
-# of the same code). The rounds still give every row of the tables.
+# Back-to-back sets: a bar that compares servers with each other rather
+# than with the raw file of the same round (issue 28's 1 MiB cache hit
+# against the file export; its QD1 cache-hit p50 against qemu-nbd's, and
+# against the raw file's plus the mem: export's) is judged from DP_SETS
+# sets run after the workload's rounds: a set is one DP_SET_SECONDS run of
+# each of the bar's configurations back to back, the order rotated by one
+# per set, and the bar takes the median of the per-set values. Those
+# configurations read different files of one shared disk, whose rate and
+# latency drift by more than the bars' margins between runs 80 s apart in
+# a round (session 27: 1 MiB hit ÷ file 0.86–1.37 over four runs of the
+# same code). The rounds still give every row of the tables.
 # Environment: DP_SECONDS (10; --quick 500ms), DP_ROUNDS (2; --quick 1), DP_SIZE
-# (1G; --quick 128M), DP_PAIRS (6; --quick 1), DP_PAIR_SECONDS (5; --quick
+# (1G; --quick 128M), DP_SETS (6; --quick 1), DP_SET_SECONDS (5; --quick
 # 500ms), DATAPATH_UBLK (0), FILL (1; --quick 0: files of the right size are
 # reused). --quick is a check that the suite works (~1 min on
 # an idle machine, ~2 on a loaded one), not a measurement.
@@ -61,8 +64,8 @@ if [[ $QUICK == 1 ]]; then d_s=500ms d_r=1 d_size=128M d_p=1 d_ps=500ms FILL=${F
 else d_s=10 d_r=2 d_size=1G d_p=6 d_ps=5; fi
 SECONDS_PER=${DP_SECONDS:-$d_s}
 ROUNDS=${DP_ROUNDS:-$d_r}
-PAIRS=${DP_PAIRS:-$d_p}
-PAIR_SECONDS=${DP_PAIR_SECONDS:-$d_ps}
+SETS=${DP_SETS:-$d_p}
+SET_SECONDS=${DP_SET_SECONDS:-$d_ps}
 SIZE=${DP_SIZE:-$d_size}
 UBLK=${DATAPATH_UBLK:-0}
 export FILL=${FILL:-1}
@@ -70,10 +73,10 @@ export FILL=${FILL:-1}
 for t in "$FIO" "$NBDKIT" "$QEMU_NBD" "$PYTHON"; do command -v "$t" >/dev/null || { echo "datapath: $t not found" >&2; exit 2; }; done
 [[ -x $RESPONDER ]] || { echo "datapath: $RESPONDER is not built (target nbd_min_responder)" >&2; exit 2; }
 "$FIO" --enghelp 2>/dev/null | grep -qw nbd || { echo "datapath: this fio has no nbd engine" >&2; exit 2; }
-[[ $SECONDS_PER =~ ^[1-9][0-9]*(ms)?$ && $PAIR_SECONDS =~ ^[1-9][0-9]*(ms)?$ && $ROUNDS =~ ^[1-9][0-9]*$ &&
-   $PAIRS =~ ^[0-9]+$ ]] ||
-  { echo "datapath: DP_SECONDS and DP_PAIR_SECONDS are N (seconds) or Nms, DP_ROUNDS a positive integer," \
-      "DP_PAIRS an integer (0: no paired runs)" >&2; exit 2; }
+[[ $SECONDS_PER =~ ^[1-9][0-9]*(ms)?$ && $SET_SECONDS =~ ^[1-9][0-9]*(ms)?$ && $ROUNDS =~ ^[1-9][0-9]*$ &&
+   $SETS =~ ^[0-9]+$ ]] ||
+  { echo "datapath: DP_SECONDS and DP_SET_SECONDS are N (seconds) or Nms, DP_ROUNDS a positive integer," \
+      "DP_SETS an integer (0: no back-to-back sets)" >&2; exit 2; }
 size=$(to_bytes "$SIZE")
 span_of() { if [[ $1 == *ms ]]; then echo "${1%ms} ms"; else echo "$1 s"; fi; }
 # A backing device's data starts after its 8 KiB superblock: one MiB more
@@ -144,13 +147,13 @@ common=(--time_based --randrepeat=0 --norandommap --lat_percentiles=1
 declare -A WL=([randread_4k_qd1]="randread 4k 1" [randread_4k_qd32]="randread 4k 32" [read_1m_qd8]="read 1m 8"
                [randwrite_4k_qd32]="randwrite 4k 32" [write_1m_qd8]="write 1m 8")
 workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_1m_qd8)
-# Workload -> the two configurations run in pairs after its rounds.
-declare -A PAIRED=([randread_4k_qd1]="hit qemu-nbd" [read_1m_qd8]="hit file")
+# Workload -> the configurations of its back-to-back sets.
+declare -A SET_OF=([randread_4k_qd1]="hit qemu-nbd raw mem" [read_1m_qd8]="hit file")
 read_configs=(raw file hit qemu-nbd min mem nbdkit null)
 servers_all=(file hit wb mem qemu-nbd min minw nbdkit null)  # every server started above
 write_configs=(raw wb minw mem nbdkit null)
 
-run_one() {  # run_one WORKLOAD CONFIG ROUND [SECONDS]: ROUND is N, or pN for a paired run
+run_one() {  # run_one WORKLOAD CONFIG ROUND [SECONDS]: ROUND is N, or sN for the Nth set
   local w=$1 c=$2 r=$3 len=${4:-$SECONDS_PER} tag="$1-$2-$3" rw bs qd args=() what
   read -r rw bs qd <<<"${WL[$w]}"
   # The writeback daemon's background writeback (at full speed once its
@@ -171,7 +174,7 @@ run_one() {  # run_one WORKLOAD CONFIG ROUND [SECONDS]: ROUND is N, or pN for a 
     running "$c" || return 0
     args=(--ioengine=nbd --uri="${URI[$c]}")
   fi
-  if [[ $r == p* ]]; then what="pair ${r#p}/$PAIRS"; else what="round $r/$ROUNDS"; fi
+  if [[ $r == s* ]]; then what="set ${r#s}/$SETS"; else what="round $r/$ROUNDS"; fi
   bench_progress "$what: $w, $c, $(span_of "$len")"
   echo "$FIO --name=$tag --rw=$rw --bs=$bs --iodepth=$qd --runtime=$len ${common[*]} ${args[*]}" >"$raw/fio-$tag.cmd"
   if ! measured "$tag" "${PID[$c]:-}" "$FIO" --name="$tag" --rw="$rw" --bs="$bs" --iodepth="$qd" --runtime="$len" \
@@ -195,11 +198,10 @@ for w in "${workloads[@]}"; do
   for ((r = 1; r <= ROUNDS; r++)); do
     for ((i = 0; i < k; i++)); do run_one "$w" "${cs[$(( (i + r - 1) % k ))]}" "$r"; done
   done
-  [[ -n ${PAIRED[$w]:-} ]] || continue
-  read -r pa pb <<<"${PAIRED[$w]}"
-  for ((p = 1; p <= PAIRS; p++)); do
-    if ((p % 2)); then run_one "$w" "$pa" "p$p" "$PAIR_SECONDS"; run_one "$w" "$pb" "p$p" "$PAIR_SECONDS"
-    else run_one "$w" "$pb" "p$p" "$PAIR_SECONDS"; run_one "$w" "$pa" "p$p" "$PAIR_SECONDS"; fi
+  [[ -n ${SET_OF[$w]:-} ]] || continue
+  read -ra grp <<<"${SET_OF[$w]}"
+  for ((p = 1; p <= SETS; p++)); do
+    for ((i = 0; i < ${#grp[@]}; i++)); do run_one "$w" "${grp[$(( (i + p - 1) % ${#grp[@]} ))]}" "s$p" "$SET_SECONDS"; done
   done
 done
 show wb 1
@@ -220,7 +222,7 @@ versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_N
 servers=""
 for s in "${servers_all[@]}"; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
 PYTHONPATH="$bench" "$PYTHON" "$bench/datapath_result.py" "$raw" "$SUITE_DIR/result.json" "$ROUNDS" \
-  "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" "$PAIRS" \
-  "$PAIR_SECONDS" ||
+  "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" "$SETS" \
+  "$SET_SECONDS" ||
   failures=$((failures + 1))
 bench_finish
