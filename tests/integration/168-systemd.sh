@@ -94,7 +94,15 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [[ -n $LEADER ]] || fail "no container PID 1 under systemd-nspawn ($NSPAWN): $(tail -n 30 "$CONSOLE")"
-[[ $(cat "/proc/$LEADER/comm") == systemd ]] || fail "the container's PID 1 is $(cat "/proc/$LEADER/comm"), not systemd"
+# Found, it may not have exec'd the container's init yet (its name is still
+# nspawn's for a moment): what it runs is judged once it has.
+comm=""
+for _ in $(seq 300); do
+  comm=$(cat "/proc/$LEADER/comm" 2>/dev/null) || fail "the container's PID 1 ($LEADER) went away: $(tail -n 30 "$CONSOLE")"
+  [[ $comm == systemd ]] && break
+  sleep 0.1
+done
+[[ $comm == systemd ]] || fail "the container's PID 1 is $comm after 30 s, not systemd"
 
 # in_ct CMD... — runs CMD in the container (every namespace of its PID 1,
 # its root), with a clean environment.
