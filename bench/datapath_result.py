@@ -120,8 +120,9 @@ def main():
     bars = []
 
     def set_bar(text, v, limit, ok, shown):
+        """`shown()` formats the value; called only when there is one."""
         bar(28, f"{text}, judged from {sets} back-to-back sets (median of the per-set values)", v, limit, ok,
-            shown if v is not None else None)
+            shown() if v is not None else None)
 
     def times(v, rg, of="rounds"):
         if v is None:
@@ -166,15 +167,12 @@ def main():
     if in_sets:
         v, rg = per_set(w, "p50_us", lambda x: x["hit"] - x["raw"] - x["mem"])
         sm = {c: set_med(w, c, "p50_us") for c in SET_OF[w]}
-        shown = None
-        if v is not None:
-            shown = (f"{v:+.1f} µs" + (f" (sets {rg[0]:+.1f} to {rg[1]:+.1f})" if rg[0] != rg[1] else "") +
-                     f"; medians hit {sm['hit']:.1f}, raw {sm['raw']:.1f}, mem: {sm['mem']:.1f} µs")
-        set_bar("4 KiB randread QD1: cache-hit p50 − raw p50 − mem: p50 ≤ 5 µs", v, 5.0, le, shown)
+        set_bar("4 KiB randread QD1: cache-hit p50 − raw p50 − mem: p50 ≤ 5 µs", v, 5.0, le,
+                lambda: f"{v:+.1f} µs" + (f" (sets {rg[0]:+.1f} to {rg[1]:+.1f})" if rg[0] != rg[1] else "") +
+                f"; medians hit {sm['hit']:.1f}, raw {sm['raw']:.1f}, mem: {sm['mem']:.1f} µs")
         v, rg = per_set(w, "p50_us", lambda x: x["hit"] / x["qemu-nbd"])
         set_bar("4 KiB randread QD1: cache-hit p50 < qemu-nbd's p50 (ratio < 1)", v, 1.0, lt,
-                f"{times(v, rg, 'sets')}; medians {sm['hit']:.1f} against {sm['qemu-nbd']:.1f} µs"
-                if v is not None else None)
+                lambda: f"{times(v, rg, 'sets')}; medians {sm['hit']:.1f} against {sm['qemu-nbd']:.1f} µs")
     w = "read_1m_qd8"
     in_sets = bool(out[w].get("sets"))
     v, rg = per_round(w, "hit", "file", "gbps")
@@ -190,8 +188,8 @@ def main():
                 ("server_cpu_us_per_io", "1 MiB seq read QD8: cache hit's CPU per request ≤ 1.2× the file export's",
                  1.2, le, "µs", ".0f")):
             v, rg = per_set(w, k, lambda x: x["hit"] / x["file"])
-            set_bar(text, v, limit, ok, f"{times(v, rg, 'sets')}; medians {set_med(w, 'hit', k):{fmt}} against "
-                    f"{set_med(w, 'file', k):{fmt}} {unit}" if v is not None else None)
+            set_bar(text, v, limit, ok, lambda: f"{times(v, rg, 'sets')}; medians {set_med(w, 'hit', k):{fmt}} "
+                    f"against {set_med(w, 'file', k):{fmt}} {unit}")
     v, rg = per_round("randwrite_4k_qd32", "wb", "raw", "iops")
     bar(29, "4 KiB randwrite QD32: writeback over a file ≥ 0.85× the raw file", v, 0.85, ge,
         times(v, rg))
@@ -230,12 +228,10 @@ def main():
         ub = load(ublk_json, "datapath") if ublk_json else None
         if ub is None:
             bad += 1
-    secs = int(seconds[:-2]) / 1000 if seconds.endswith("ms") else int(seconds)
-    ssecs = None
-    if set_seconds:
-        ssecs = int(set_seconds[:-2]) / 1000 if set_seconds.endswith("ms") else int(set_seconds)
-    doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": secs, "size_bytes": int(size),
-                      "sets": sets, "set_seconds": ssecs,
+    def secs_of(t):  # the suite's N or Nms
+        return int(t[:-2]) / 1000 if t.endswith("ms") else int(t)
+    doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": secs_of(seconds), "size_bytes": int(size),
+                      "sets": sets, "set_seconds": secs_of(set_seconds) if set_seconds else None,
                       "set_of": {w: list(c) for w, c in SET_OF.items()},
                       "cache_bytes": int(cache_bytes), "versions": versions,
                       "servers": dict(l.split("=", 1) for l in servers.splitlines() if "=" in l),

@@ -60,12 +60,12 @@ FIO=${FIO:-fio}
 NBDKIT=${NBDKIT:-nbdkit}
 QEMU_NBD=${QEMU_NBD:-qemu-nbd}
 PYTHON=${PYTHON:-python3}
-if [[ $QUICK == 1 ]]; then d_s=500ms d_r=1 d_size=128M d_p=1 d_ps=500ms FILL=${FILL:-0}
-else d_s=10 d_r=2 d_size=1G d_p=6 d_ps=5; fi
+if [[ $QUICK == 1 ]]; then d_s=500ms d_r=1 d_size=128M d_sets=1 d_set_s=500ms FILL=${FILL:-0}
+else d_s=10 d_r=2 d_size=1G d_sets=6 d_set_s=5; fi
 SECONDS_PER=${DP_SECONDS:-$d_s}
 ROUNDS=${DP_ROUNDS:-$d_r}
-SETS=${DP_SETS:-$d_p}
-SET_SECONDS=${DP_SET_SECONDS:-$d_ps}
+SETS=${DP_SETS:-$d_sets}
+SET_SECONDS=${DP_SET_SECONDS:-$d_set_s}
 SIZE=${DP_SIZE:-$d_size}
 UBLK=${DATAPATH_UBLK:-0}
 export FILL=${FILL:-1}
