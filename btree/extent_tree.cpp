@@ -21,8 +21,6 @@ constexpr size_t kBatch = 256;
 // Probe bounds what it may hold resident that way.
 constexpr size_t kProbeMax = 4 * kBatch;
 
-bool KeyLess(const Extent& e, ExtentKey k) { return KeyOf(e) < k; }
-
 }  // namespace
 
 ExtentTree::ExtentTree(NodeStore* store, uint32_t shard, uint64_t set_id,
@@ -76,7 +74,7 @@ std::unique_ptr<ExtentTree::Node> ExtentTree::MakeNode(uint64_t addr, DecodedNod
   n->addr = addr;
   n->level = d.level;
   if (d.level == 0) {
-    n->ext = std::move(d.extents);
+    n->ext.Assign(std::move(d.extents));
   } else {
     n->kids.reserve(d.children.size());
     for (const NodeChildRef& c : d.children) n->kids.push_back(Child{c.key, c.addr, nullptr});
@@ -194,7 +192,7 @@ Status ExtentTree::InstallRead(const MissingNode& m, uint64_t token, const uint8
 }
 
 void ExtentTree::Charge(Node* n) {
-  size_t bytes = sizeof(Node) + n->ext.capacity() * sizeof(Extent) +
+  size_t bytes = sizeof(Node) + n->ext.bytes() +
                  n->kids.capacity() * sizeof(Child);
   counters_->cached_bytes += bytes - n->charged;  // unsigned wrap is fine
   n->charged = bytes;
@@ -270,7 +268,8 @@ Status ExtentTree::WriteBack(Node* n) {
   }
   ++write_seq_;
   if (n->level == 0) {
-    EncodeLeafNode(buf_.data(), node_size_, shard_, write_seq_, addr, n->ext, set_id_);
+    n->ext.CopyTo(&flat_);
+    EncodeLeafNode(buf_.data(), node_size_, shard_, write_seq_, addr, flat_, set_id_);
   } else {
     std::vector<NodeChildRef> refs;
     refs.reserve(n->kids.size());
@@ -375,7 +374,7 @@ Status ExtentTree::SeekGE(ExtentKey k, Cursor* c) {
     c->idx.push_back(i);
     UB_ASSIGN_OR_RETURN(n, LoadChild(n, i));
   }
-  size_t pos = std::lower_bound(n->ext.begin(), n->ext.end(), k, KeyLess) - n->ext.begin();
+  size_t pos = n->ext.LowerBound(k);
   c->nodes.push_back(n);
   c->idx.push_back(pos);
   if (pos == n->ext.size()) return NextLeaf(c);
@@ -490,10 +489,10 @@ Result<ExtentTree::Node*> ExtentTree::DescendToLeaf(ExtentKey k) {
 
 Status ExtentTree::InsertExtent(const Extent& e) {
   UB_ASSIGN_OR_RETURN(Node * leaf, DescendToLeaf(KeyOf(e)));
-  auto it = std::lower_bound(leaf->ext.begin(), leaf->ext.end(), KeyOf(e), KeyLess);
-  assert(it == leaf->ext.end() || KeyOf(*it) != KeyOf(e));
-  bool at_end = it == leaf->ext.end();
-  leaf->ext.insert(it, e);
+  size_t pos = leaf->ext.LowerBound(KeyOf(e));
+  assert(pos == leaf->ext.size() || KeyOf(leaf->ext[pos]) != KeyOf(e));
+  bool at_end = pos == leaf->ext.size();
+  leaf->ext.Insert(pos, e);
   counters_->extents++;
   MarkDirty(leaf);
   Charge(leaf);
@@ -503,18 +502,18 @@ Status ExtentTree::InsertExtent(const Extent& e) {
 
 Status ExtentTree::UpdateInPlace(const Extent& e) {
   UB_ASSIGN_OR_RETURN(Node * leaf, DescendToLeaf(KeyOf(e)));
-  auto it = std::lower_bound(leaf->ext.begin(), leaf->ext.end(), KeyOf(e), KeyLess);
-  assert(it != leaf->ext.end() && KeyOf(*it) == KeyOf(e));
-  *it = e;
+  size_t pos = leaf->ext.LowerBound(KeyOf(e));
+  assert(pos < leaf->ext.size() && KeyOf(leaf->ext[pos]) == KeyOf(e));
+  leaf->ext.Set(pos, e);
   MarkDirty(leaf);
   return Status::OK();
 }
 
 Status ExtentTree::DeleteKey(ExtentKey k) {
   UB_ASSIGN_OR_RETURN(Node * leaf, DescendToLeaf(k));
-  auto it = std::lower_bound(leaf->ext.begin(), leaf->ext.end(), k, KeyLess);
-  assert(it != leaf->ext.end() && KeyOf(*it) == k);
-  leaf->ext.erase(it);
+  size_t pos = leaf->ext.LowerBound(k);
+  assert(pos < leaf->ext.size() && KeyOf(leaf->ext[pos]) == k);
+  leaf->ext.Erase(pos);
   counters_->extents--;
   MarkDirty(leaf);
   Rebalance(leaf);
@@ -530,8 +529,7 @@ void ExtentTree::Split(Node* n, bool appending) {
   // 7/8 full instead of half full, as most B-trees do.
   size_t mid = appending ? count - count / 8 : count / 2;
   if (n->level == 0) {
-    right->ext.assign(n->ext.begin() + mid, n->ext.end());
-    n->ext.resize(mid);
+    n->ext.MoveTailTo(mid, &right->ext);
     sep = KeyOf(right->ext.front());
   } else {
     for (size_t i = mid; i < count; i++) {
@@ -644,8 +642,7 @@ void ExtentTree::Rebalance(Node* n) {
   if (!left || !right) return;  // no merge; still correct
   if (left->count() + right->count() > cap * kMergeMaxNum / kMergeMaxDen) return;
   if (n->level == 0) {
-    left->ext.insert(left->ext.end(), right->ext.begin(), right->ext.end());
-    right->ext.clear();
+    left->ext.Append(&right->ext);
   } else {
     right->kids[0].key = p->kids[li + 1].key;  // entry 0's key becomes a real bound
     for (Child& c : right->kids) {

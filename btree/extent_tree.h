@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "btree/extent.h"
+#include "btree/extent_runs.h"
 #include "btree/node_format.h"
 #include "btree/node_store.h"
 #include "util/status.h"
@@ -145,7 +146,7 @@ class ExtentTree {
     Node* lru_next = nullptr;  // toward colder
     bool in_lru = false;
     size_t charged = 0;
-    std::vector<Extent> ext;   // level 0
+    ExtentRuns ext;            // level 0
     std::vector<Child> kids;   // level > 0
     size_t count() const { return level == 0 ? ext.size() : kids.size(); }
   };
@@ -205,6 +206,7 @@ class ExtentTree {
   // Superseded addresses that a durable root may still reach.
   std::vector<uint64_t> deferred_free_;
   std::vector<uint8_t> buf_;
+  std::vector<Extent> flat_;  // a leaf's extents in one vector, for EncodeLeafNode
   bool io_ = true;
   MissingNode missing_;
   bool dirty_over_budget_ = false;
