@@ -434,11 +434,19 @@ Status ExtentIndex::ApplyJournalOp(const JournalOp& op) {
 
 namespace {
 // map[key] += len (sign > 0) or -= len, floored at 0; a zero entry is erased.
+// One descent of the map either way (a writeback write accounts four maps).
 template <typename Map, typename Key>
 void AddBytes(Map& map, const Key& key, uint64_t len, int64_t sign) {
-  uint64_t& v = map[key];
-  v = sign > 0 ? v + len : (v > len ? v - len : 0);
-  if (v == 0) map.erase(key);
+  if (sign > 0) {
+    if (len > 0) map[key] += len;
+    return;
+  }
+  auto it = map.find(key);
+  if (it == map.end()) return;
+  if (it->second > len)
+    it->second -= len;
+  else
+    map.erase(it);
 }
 }  // namespace
 
@@ -490,7 +498,9 @@ void ExtentIndex::EncodeDirtyLocked(Shard* sh, std::vector<uint8_t>* out) {
     StoreLE64(p + 12, v);
     p += 20;
   }
-  for (const auto& [b, v] : sh->dirty_buckets) {
+  std::vector<std::pair<uint64_t, uint64_t>> buckets(sh->dirty_buckets.begin(), sh->dirty_buckets.end());
+  std::sort(buckets.begin(), buckets.end());  // in bucket order, as it always was
+  for (const auto& [b, v] : buckets) {
     StoreLE64(p, b);
     StoreLE64(p + 8, v);
     p += 16;
