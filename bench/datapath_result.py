@@ -4,7 +4,7 @@ and configuration the rounds' fio numbers and server CPU, their medians and
 min–max, the ratio to the raw file per round, and issues 28's and 29's
 acceptance bars judged from the medians.
 
-  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES VERSIONS SERVERS UBLK UBLK_JSON QUICK [SETS SET_SECONDS]
+  datapath_result.py RAW DST ROUNDS SECONDS SIZE CACHE_BYTES[,WB_CACHE_BYTES] VERSIONS SERVERS UBLK UBLK_JSON QUICK [SETS SET_SECONDS]
 
 RAW holds what the suite's `measured` runs left (fio-W-C-R.json,
 cpu-W-C-R.tsv, stat-W-C-R.txt, show-DAEMON-N.json; R is the round, or sN
@@ -219,10 +219,23 @@ def main():
         hit["hit_pct"] = 100.0 * h / (h + mi) if h + mi else None
     else:
         bad += 1
-    wb = counters(raw, "wb", ("stats_total/bypassed", "sequential_bypasses", "congested_bypasses",
-                              "cache_full_bypasses", "writeback_written"))
-    if not wb:
-        bad += 1
+    # Each writeback run starts a fresh daemon on a fresh cache (the suite's
+    # fresh_wb): its counters after the run are the run's own.
+    wb = {"runs": {}}
+    for w in ("randwrite_4k_qd32", "write_1m_qd8"):
+        for r in range(1, rounds + 1):
+            j = load(f"{raw}/show-wb-{w}-wb-{r}.json", "datapath")
+            if not j:
+                bad += 1
+                continue
+            wb["runs"][f"{w}-{r}"] = {k: j.get(k) for k in (
+                "stats_total/bypassed", "sequential_bypasses", "congested_bypasses", "cache_full_bypasses",
+                "cutoff_writethroughs", "writeback_written", "dirty_data", "free_buckets")}
+    past = [(c.get("cutoff_writethroughs") or 0) + (c.get("cache_full_bypasses") or 0) +
+            (c.get("sequential_bypasses") or 0) + (c.get("congested_bypasses") or 0) for c in wb["runs"].values()]
+    bar(29, "writeback runs: requests that went past the cache (cutoff write-throughs and bypasses; above 0 the "
+        "writeback rows measure the backing file too)", sum(past) if past else None, 0, le,
+        ", ".join(f"{t}: {p}" for t, p in zip(wb["runs"], past)) or None, info=True)
     ub = None
     if ublk == "1":
         ub = load(ublk_json, "datapath") if ublk_json else None
@@ -233,7 +246,9 @@ def main():
     doc = {"config": {"quick": quick == "1", "rounds": rounds, "seconds": secs_of(seconds), "size_bytes": int(size),
                       "sets": sets, "set_seconds": secs_of(set_seconds) if set_seconds else None,
                       "set_of": {w: list(c) for w, c in SET_OF.items()},
-                      "cache_bytes": int(cache_bytes), "versions": versions,
+                      "cache_bytes": int(cache_bytes.split(",")[0]),
+                      "wb_cache_bytes": int(cache_bytes.split(",")[1]) if "," in cache_bytes else None,
+                      "versions": versions,
                       "servers": dict(l.split("=", 1) for l in servers.splitlines() if "=" in l),
                       "order": "each round drives every configuration of a workload once, rotated by one per round",
                       "fio": "--time_based --randrepeat=0 --norandommap --lat_percentiles=1 (total latency)"},

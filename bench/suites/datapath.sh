@@ -21,7 +21,8 @@
 #             before it sleeps; nothing else) — what this machine carries
 #             with a client, a server and the disk
 #   wb        ubcache serve --cache C2 --backing B2 --cache-mode writeback
-#             (formatted; cutoff and thresholds 0): writes land in the cache
+#             (cutoff and thresholds 0) on a cache formatted afresh before
+#             each of its runs, 8 x SIZE: writes land in the cache (below)
 #   minw      bench/nbd_min_responder --write on a file of its own: the least
 #             an io_uring NBD server does for a write (recv, O_DIRECT write,
 #             reply) — the writes' yardstick, as min is the reads'
@@ -33,6 +34,17 @@
 # the order rotated by one per round (A B C, B C A, ...). Files are SIZE of
 # fio-written (random) data on $WORK. The hit daemon's counters around the
 # measured reads give the hit ratio.
+# The writeback runs: each starts on a freshly formatted cache eight times
+# SIZE, so that a run's writes land in the cache, as the configuration
+# says, whatever the runs before it wrote. On one 2 x SIZE cache kept for
+# the whole suite the 4 KiB rows left it past cutoff_writeback (40 %: every
+# bucket holding a dirty block counts), and the 1 MiB rows then measured
+# writes sent through to the backing file (37267 cutoff write-throughs, 35
+# free buckets of 4096) beside writeback at full speed on the same disk —
+# not the cache's write path. A 10 s run of 4 KiB writes at ~60k IOPS dirties
+# ~2.4 GB of buckets: under a third of 8 x 1 GiB. The daemon's counters after
+# each run (show-wb-TAG.json) say how many writes went past the cache, and
+# the acceptance lines say so when any did.
 # DATAPATH_UBLK=1 also runs bench/ublk_datapath.sh: the same requests on
 # `serve --ublk` beside `serve --nbd` in a qemu guest (vm-run; emulated, so
 # functional timings only), into ublk.json: ~5 min (guests serialize on
@@ -84,6 +96,7 @@ span_of() { if [[ $1 == *ms ]]; then echo "${1%ms} ms"; else echo "$1 s"; fi; }
 # backing device fits with room for the index and the writes' garbage.
 backing_bytes=$(( size + (1 << 20) ))
 cache_bytes=$(( size * 2 ))
+wb_cache_bytes=$(( size * 8 ))  # see "The writeback runs" above
 
 DATA=$WORK/datapath-data.img
 RAWW=$WORK/datapath-raw-write.img
@@ -95,7 +108,7 @@ WB_BACKING=$WORK/datapath-wb-backing.img
 bench_setup datapath
 trap 'mkdir -p "$SUITE_DIR/fio"; cp "$raw"/fio-*.json "$raw"/*.log "$raw"/*.cmd "$raw"/show-*.json "$SUITE_DIR/fio/" 2>/dev/null; bench_cleanup' EXIT
 
-bench_progress "files: $SIZE of data each, caches $(( cache_bytes >> 20 )) MiB, under $WORK"
+bench_progress "files: $SIZE of data each, the hit cache $(( cache_bytes >> 20 )) MiB, the writeback cache $(( wb_cache_bytes >> 20 )) MiB, under $WORK"
 fill_file "$DATA" "$size"
 fill_file "$RAWW" "$size"
 fill_file "$MINW" "$size"
@@ -104,19 +117,26 @@ fill_file "$WB_BACKING" "$backing_bytes"
 # The caches are filled too: a write into an unwritten extent costs the
 # filesystem a conversion the raw file's writes do not pay.
 fill_file "$HIT_CACHE" "$cache_bytes"
-fill_file "$WB_CACHE" "$cache_bytes"
+fill_file "$WB_CACHE" "$wb_cache_bytes"
 "$UBCACHE" format --cache "$HIT_CACHE" --backing "$HIT_BACKING" --force >"$raw/format-hit.log" 2>&1 ||
   { cat "$raw/format-hit.log" >&2; die "ubcache format (hit) failed"; }
-"$UBCACHE" format --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback --force \
-  >"$raw/format-wb.log" 2>&1 || { cat "$raw/format-wb.log" >&2; die "ubcache format (writeback) failed"; }
 
 tuned=(--sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0)
 start_server file "$UBCACHE" serve --backing "$DATA" --read-only --nbd "unix:$raw/file.sock" ||
   die "ubcache serve (file export) failed to start"
 start_server hit "$UBCACHE" serve --cache "$HIT_CACHE" --backing "$HIT_BACKING" "${tuned[@]}" \
   --nbd "unix:$raw/hit.sock" --control "$raw/hit.ctl" || die "ubcache serve (cache) failed to start"
-start_server wb "$UBCACHE" serve --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback "${tuned[@]}" \
-  --nbd "unix:$raw/wb.sock" --control "$raw/wb.ctl" || die "ubcache serve (writeback) failed to start"
+# fresh_wb: the writeback daemon (re)started on a freshly formatted cache.
+fresh_wb() {
+  stop_server wb
+  rm -f "$raw/wb.ctl"
+  "$UBCACHE" format --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback --force \
+    >"$raw/format-wb.log" 2>&1 || { cat "$raw/format-wb.log" >&2; die "ubcache format (writeback) failed"; }
+  start_server wb "$UBCACHE" serve --cache "$WB_CACHE" --backing "$WB_BACKING" --cache-mode writeback "${tuned[@]}" \
+    --nbd "unix:$raw/wb.sock" --control "$raw/wb.ctl" || die "ubcache serve (writeback) failed to start"
+  for _ in $(seq 100); do [[ -S $raw/wb.ctl ]] && break; sleep 0.05; done
+}
+fresh_wb
 start_server mem "$UBCACHE" serve --backing "mem:$size" --nbd "unix:$raw/mem.sock" ||
   die "ubcache serve (mem:) failed to start"
 start_server qemu-nbd "$QEMU_NBD" --read-only --cache=none --aio=io_uring --format=raw --shared=8 --persistent \
@@ -156,12 +176,13 @@ write_configs=(raw wb minw mem nbdkit null)
 run_one() {  # run_one WORKLOAD CONFIG ROUND [SECONDS]: ROUND is N, or sN for the Nth set
   local w=$1 c=$2 r=$3 len=${4:-$SECONDS_PER} tag="$1-$2-$3" rw bs qd args=() what
   read -r rw bs qd <<<"${WL[$w]}"
-  # The writeback daemon's background writeback (at full speed once its
-  # cache is near cutoff_writeback, as it is here after the first writes)
-  # shares the disk: it runs during the writeback runs, where it is part of
-  # the cost, and is paused during every other configuration's writes, which
-  # it would slow (without the pause the raw file's 4 KiB writes went from
-  # 111k IOPS before the writeback daemon's first writes to 74k after).
+  # A writeback run starts on a fresh cache (see the top).
+  [[ $c == wb ]] && fresh_wb
+  # The writeback daemon's background writeback shares the disk: it runs
+  # during the writeback runs, where it is part of the cost, and is paused
+  # during every other configuration's writes, which it would slow (without
+  # the pause the raw file's 4 KiB writes went from 111k IOPS before the
+  # writeback daemon's first writes to 74k after).
   if [[ $rw == *write ]] && running wb; then
     "$UBCACHE" ctl --control "$raw/wb.ctl" set writeback_running "$([[ $c == wb ]] && echo 1 || echo 0)" \
       >/dev/null 2>"$raw/wb-pause.err" || { cat "$raw/wb-pause.err" >&2; failures=$((failures + 1)); }
@@ -182,6 +203,7 @@ run_one() {  # run_one WORKLOAD CONFIG ROUND [SECONDS]: ROUND is N, or sN for th
     echo "datapath: fio $tag failed:" >&2; cat "$raw/fio-$tag.err" >&2
     failures=$((failures + 1))
   fi
+  if [[ $c == wb ]]; then show wb "$tag"; fi
 }
 
 show() {  # show DAEMON N: its counters into show-DAEMON-N.json
@@ -190,7 +212,6 @@ show() {  # show DAEMON N: its counters into show-DAEMON-N.json
 }
 
 show hit 0
-show wb 0
 for w in "${workloads[@]}"; do
   if [[ $w == *write* ]]; then cs=("${write_configs[@]}"); else cs=("${read_configs[@]}"); fi
   [[ $w == randwrite_4k_qd32 ]] && show hit 1
@@ -204,7 +225,6 @@ for w in "${workloads[@]}"; do
     for ((i = 0; i < ${#grp[@]}; i++)); do run_one "$w" "${grp[$(( (i + p - 1) % ${#grp[@]} ))]}" "s$p" "$SET_SECONDS"; done
   done
 done
-show wb 1
 for s in "${servers_all[@]}"; do running "$s" || true; done
 for s in "${servers_all[@]}"; do stop_server "$s"; done
 
@@ -222,7 +242,7 @@ versions="$("$FIO" --version); $("$NBDKIT" --version 2>&1 | head -1); $("$QEMU_N
 servers=""
 for s in "${servers_all[@]}"; do servers+="$s=$(cat "$raw/$s.cmd")"$'\n'; done
 PYTHONPATH="$bench" "$PYTHON" "$bench/datapath_result.py" "$raw" "$SUITE_DIR/result.json" "$ROUNDS" \
-  "$SECONDS_PER" "$size" "$cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" "$SETS" \
+  "$SECONDS_PER" "$size" "$cache_bytes,$wb_cache_bytes" "$versions" "$servers" "$UBLK" "$ublk_json" "$QUICK" "$SETS" \
   "$SET_SECONDS" ||
   failures=$((failures + 1))
 bench_finish
