@@ -698,7 +698,7 @@ Status ExtentTree::Replace(uint32_t dev, uint64_t start, uint64_t end, const Ext
       } else if (insert && !inserted && insert->end() == x.end()) {
         // The insert takes x's key (an overwrite of the same blocks, the
         // common case): one in-place update, where a delete and an insert
-        // would each shift half a leaf (~2400 extents at 64 KiB nodes).
+        // would each descend and shift a run of the leaf (ExtentRuns).
         UB_RETURN_IF_ERROR(UpdateInPlace(*insert));
         inserted = true;
       } else {
