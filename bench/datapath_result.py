@@ -231,8 +231,8 @@ def main():
             wb["runs"][f"{w}-{r}"] = {k: j.get(k) for k in (
                 "stats_total/bypassed", "sequential_bypasses", "congested_bypasses", "cache_full_bypasses",
                 "cutoff_writethroughs", "writeback_written", "dirty_data", "free_buckets")}
-    past = [(c.get("cutoff_writethroughs") or 0) + (c.get("cache_full_bypasses") or 0) +
-            (c.get("sequential_bypasses") or 0) + (c.get("congested_bypasses") or 0) for c in wb["runs"].values()]
+    past = [sum(c.get(k) or 0 for k in ("cutoff_writethroughs", "cache_full_bypasses", "sequential_bypasses",
+                                         "congested_bypasses")) for c in wb["runs"].values()]
     bar(29, "writeback runs: requests that went past the cache (cutoff write-throughs and bypasses; above 0 the "
         "writeback rows measure the backing file too)", sum(past) if past else None, 0, le,
         ", ".join(f"{t}: {p}" for t, p in zip(wb["runs"], past)) or None, info=True)

@@ -877,18 +877,19 @@ def _dp_rows(w, name, metric):
 def r_datapath(d, plots):
     cfg, wl = d["config"], d["workloads"]
     sv = cfg.get("servers", {})
+    fresh_wb = bool(cfg.get("wb_cache_bytes"))  # session 29 on: a fresh writeback cache per run
     out = [f"fio against each configuration, {cfg['seconds']} s per run, {cfg['rounds']} round(s): each round drives "
            "every configuration of a workload once, the order rotated by one per round. "
            f"{cfg['size_bytes'] >> 20} MiB files of fio-written data; " +
            (f"the hit cache {cfg['cache_bytes'] >> 20} MiB, the writeback cache {cfg['wb_cache_bytes'] >> 20} MiB "
-            "(formatted afresh before each of its runs). " if cfg.get("wb_cache_bytes")
+            "(formatted afresh before each of its runs). " if fresh_wb
             else f"caches {cfg['cache_bytes'] >> 20} MiB. ") +
            "NBD configurations through fio's nbd engine (libnbd, one connection over a Unix socket); latency is "
            "the total (submit to completion). Server CPU per request: the server process's utime+stime "
            "(/proc/PID/stat, 10 ms ticks) over the run ÷ fio's requests. × raw file: this configuration's "
            "rate over the raw file's in the same round. Cells: median (min–max over rounds).", "",
            "Servers (all up for the whole run" + ("; the writeback daemon restarted on a freshly formatted cache "
-                                                  "before each of its runs" if cfg.get("wb_cache_bytes") else "") +
+                                                  "before each of its runs" if fresh_wb else "") +
            "):", ""] + [f"- {k}: `{v}`" for k, v in sv.items()] + [
            "", "### 4 KiB random read", ""]
     out += _dp_table(wl, _dp_rows("randread_4k_qd1", "QD1", "iops") + _dp_rows("randread_4k_qd32", "QD32", "iops"))
@@ -896,12 +897,18 @@ def r_datapath(d, plots):
     out += _dp_table(wl, _dp_rows("read_1m_qd8", "QD8", "gbps"))
     out += ["### Writes: 4 KiB random write QD32, 1 MiB sequential write QD8", "",
             "The raw file here is a file of its own (the data file is being served); ubcache's writeback "
-            "configuration writes into a cache formatted afresh before each of its runs, eight times the data's "
-            "size, over a file backing device (sequential cutoff and congestion thresholds 0, so every write "
-            "goes to the cache, and a run stays under cutoff_writeback: the counters below say whether any "
-            "write went past the cache); its background writeback runs during its own runs, sharing the disk "
-            "with the writes it measures, and is paused (writeback_running 0) during the other configurations' "
-            "write runs, which it would slow.", ""]
+            "configuration writes into " + (
+                "a cache formatted afresh before each of its runs, eight times the data's size, over a file "
+                "backing device (sequential cutoff and congestion thresholds 0, so every write goes to the cache, "
+                "and a run stays under cutoff_writeback: the counters below say whether any write went past the "
+                "cache); its background writeback runs during its own runs, sharing the disk with the writes it "
+                "measures" if fresh_wb else
+                "a formatted cache over a file backing device (sequential cutoff and congestion thresholds 0, so "
+                "every write goes to the cache); its background writeback runs as it would during its own runs "
+                "(at full speed once the cache is near cutoff_writeback, sharing the disk with the writes it "
+                "measures)") +
+            ", and is paused (writeback_running 0) during the other configurations' write runs, which it would "
+            "slow.", ""]
     out += _dp_table(wl, _dp_rows("randwrite_4k_qd32", "4 KiB QD32", "iops") + _dp_rows("write_1m_qd8", "1 MiB QD8", "gbps"))
     busy = [r["machine"] for x in wl.values() for cell in x["cells"].values() for r in cell["runs"]
             if r and r.get("machine")]
@@ -923,6 +930,13 @@ def r_datapath(d, plots):
             f"cache-full bypasses, {f0((c.get('writeback_written') or 0) / (1 << 20))} MiB written back, "
             f"{f0((c.get('dirty_data') or 0) / (1 << 20))} MiB dirty, {c.get('free_buckets', '?')} free buckets"
             for tag, c in wb["runs"].items()) + ".", ""]
+    elif wb and "end" in wb:  # results from before session 29: one daemon for the whole suite
+        e = wb["end"]
+        out += [f"The writeback daemon over the runs: {f0((wb.get('stats_total/bypassed') or 0) / (1 << 20))} MiB "
+                f"bypassed the cache, {wb.get('cache_full_bypasses', 0)} requests bypassed for a full cache; "
+                f"{f0((wb.get('writeback_written') or 0) / (1 << 20))} MiB written back; at the end "
+                f"{f0((e.get('dirty_data') or 0) / (1 << 20))} MiB dirty, {e.get('cache_available_percent', '?')} % "
+                "of the cache available.", ""]
     elif wb is not None:
         out += ["The writeback daemon's counters could not be read.", ""]
     for w, group in cfg.get("set_of", {}).items():
