@@ -609,10 +609,14 @@ Status ExtentIndex::InvalidateClean(uint32_t dev, uint64_t start, uint64_t len, 
 }
 
 Status ExtentIndex::MarkWrite(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty) {
-  *has_dirty = false;
+  if (has_dirty) *has_dirty = false;
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
   uint64_t end = start + len;
   ShardLocks locks(this, ShardsFor(dev, start, end));
+  if (!has_dirty) {
+    MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
+    return Status::OK();
+  }
   // Without I/O: every node first (see the header).
   if (IsServingThread()) UB_RETURN_IF_ERROR(ProbeMutationLocked(locks, dev, start, end, false));
   MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);

@@ -188,7 +188,9 @@ class ExtentIndex {
   // write that goes to the backing device removes them first (rule 5,
   // RangeGuard::AfterCleanCopiesGone). Until then a read of the range may
   // still get the clean copy — it is the data as it was before this write,
-  // which a read that overlaps a write in flight may return.
+  // which a read that overlaps a write in flight may return. With
+  // `has_dirty` null it only marks the range: no node is searched or read
+  // (never WouldBlock), for a write whose road does not depend on it.
   Status MarkWrite(uint32_t dev, uint64_t start, uint64_t len, bool* has_dirty);
   // Moving GC: the data of `e` was copied to new_offset (a bucket of gen
   // new_gen); points the parts still mapping to e's data there, dirty or

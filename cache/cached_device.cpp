@@ -314,15 +314,30 @@ void CachedDevice::DoWrite(const IoRequest& req, IoDone done, bool dirty_refused
   // only copy of acknowledged data) until this write's insert replaces them
   // in one step, so no commit in between can leave the range with neither
   // the old data nor the new.
+  const bool seq_bypass = !attached() || bypass_.ShouldBypass(req, true);
+  Writeback* wb = writeback_.get();
+  if (wb && !dirty_refused && attached() &&
+      set_->knobs().cache_mode.load(std::memory_order_relaxed) == CacheMode::kWriteback &&
+      dirty_write_.TakesWithoutLookup(req, seq_bypass)) {
+    // The common writeback write goes dirty into the cache whether or not
+    // dirty data overlaps it: the range is only marked, no leaf searched.
+    Status st = set_->index().MarkWrite(dev_, req.offset, req.len, nullptr);
+    if (!st.ok()) {
+      CompleteLater(std::move(done), st);
+      return;
+    }
+    if (dirty_write_.Write(req, done, /*has_dirty=*/true, wb)) return;
+    // No room after all: the whole road, with the lookup.
+  }
   auto has_dirty = std::make_shared<bool>(false);
   CallIndex(
       set_, [this, req, has_dirty] { return set_->index().MarkWrite(dev_, req.offset, req.len, has_dirty.get()); },
-      [this, req, has_dirty, dirty_refused, done = std::move(done)](Status st) mutable {
+      [this, req, has_dirty, dirty_refused, seq_bypass, done = std::move(done)](Status st) mutable {
         if (!st.ok()) {
           CompleteLater(std::move(done), st);
           return;
         }
-        RouteWrite(req, std::move(done), *has_dirty, dirty_refused);
+        RouteWrite(req, std::move(done), *has_dirty, dirty_refused, seq_bypass);
       });
 }
 
@@ -333,9 +348,9 @@ bool CachedDevice::OrderMatters() const {
           set_->buckets().dirty_buckets() > 0);
 }
 
-void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dirty_refused) {
+void CachedDevice::RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dirty_refused,
+                              bool seq_bypass) {
   CacheMode mode = set_->knobs().cache_mode.load(std::memory_order_relaxed);
-  bool seq_bypass = !attached() || bypass_.ShouldBypass(req, true);  // once: it feeds the stream detector
   Writeback* wb = writeback_.get();
   if (attached() && mode == CacheMode::kWriteback && wb && !(dirty_refused && !has_dirty) &&
       dirty_write_.Accepts(req, has_dirty, seq_bypass, wb) &&

@@ -22,7 +22,10 @@
 // insert replaces them. It then goes to DirtyWriteEngine when the mode is
 // writeback (a formatted backing device and cache only; otherwise it acts
 // as writethrough) and bcache's should_writeback says so, else to
-// WriteThroughEngine.
+// WriteThroughEngine. Whether dirty data overlaps the write is looked up
+// with the mark only when the road depends on it: a writeback write below
+// the cutoffs and not bypassed goes dirty into the cache either way
+// (DirtyWriteEngine::TakesWithoutLookup), so its range is only marked.
 //
 // Detach/Attach (ctl detach / attach): while detached, reads go straight to
 // the backing device without looking at the index, and writes go to the
@@ -173,7 +176,10 @@ class CachedDevice final : public BlockDevice, public WritebackHost {
   // writeback_order flush, and the device's writes can meet dirty data
   // (writeback mode, or dirty data left from before a switch): rule 14.
   bool OrderMatters() const;
-  void RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dirty_refused);
+  // `seq_bypass`: BypassPolicy's answer, asked once per DoWrite (it feeds
+  // the stream detector).
+  void RouteWrite(const IoRequest& req, IoDone done, bool has_dirty, bool dirty_refused,
+                  bool seq_bypass);
   // The set failed: the backing device alone, then the range's extents go.
   void WriteFailedCache(const IoRequest& req, IoDone done);
   // Invalidates this device's whole range, a bounded step at a time so no

@@ -54,6 +54,15 @@ bool DirtyWriteEngine::Accepts(const IoRequest& req, bool overlaps_dirty, bool b
   return WriteThroughAtCutoff(wb);
 }
 
+bool DirtyWriteEngine::TakesWithoutLookup(const IoRequest& req, bool bypass) const {
+  // Accepts' tests, up to the first whose answer needs overlaps_dirty or acts.
+  if (bypass) return false;
+  unsigned in_use = c_.set->in_use_percent();
+  if (Full(in_use)) return false;
+  if (req.flags & (kIoFua | kIoAfterFlush)) return true;
+  return in_use <= c_.set->knobs().cutoff_writeback.load(std::memory_order_relaxed);
+}
+
 bool DirtyWriteEngine::Full(unsigned in_use) const {
   // The dirty epochs' state must fit the checkpoint (ExtentIndex::
   // epoch_state_full): past its budget no dirty write is taken, as past the

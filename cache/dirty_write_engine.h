@@ -49,13 +49,20 @@ class DirtyWriteEngine {
   // cutoff); `wb`: the device's writeback thread, kicked when the cutoffs
   // turn writes away.
   bool Accepts(const IoRequest& req, bool overlaps_dirty, bool bypass, Writeback* wb);
+  // Whether Accepts takes `req` whatever `overlaps_dirty` would be — not
+  // bypassed, and below cutoff_writeback (a sync write: below the sync
+  // cutoff) — without acting on it. The router then only marks the range
+  // and skips the dirty lookup (ExtentIndex::MarkWrite).
+  bool TakesWithoutLookup(const IoRequest& req, bool bypass) const;
   // The cache takes no dirty write at all: `in_use` (CacheSet::
   // in_use_percent) past cutoff_writeback_sync, or the epochs' state past
   // its checkpoint budget (Accepts' first test; the ordered gate's room
   // test is its negation).
   bool Full(unsigned in_use) const;
   // False when the cache cannot take it (no space): `done` is left with the
-  // caller, which writes through instead.
+  // caller, which writes through instead. `has_dirty`: dirty data overlaps
+  // the range, or it was not looked up (TakesWithoutLookup) — the through
+  // road a failed cache write takes then is the one over dirty data.
   bool Write(const IoRequest& req, IoDone& done, bool has_dirty, Writeback* wb);
 
   // Writes turned to write-through by cutoff_writeback (_sync for FUA).

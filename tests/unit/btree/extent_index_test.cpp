@@ -249,6 +249,29 @@ TEST_CASE("a write between Sequence and a fill makes the fill a collision") {
   CHECK(LookupAll(*idx, 0, 0, 1).empty());
 }
 
+TEST_CASE("MarkWrite refuses the fills that read before it, with or without the dirty lookup") {
+  MemNodeStore store(4096);
+  auto idx = MustCreate(&store);
+  REQUIRE(idx->Insert(Ext(0, 4, 1, 700, 1, /*dirty=*/true)).ok());
+  for (bool lookup : {true, false}) {
+    uint64_t since = idx->Sequence(0, 0, K);
+    bool has_dirty = false;
+    REQUIRE(idx->MarkWrite(0, 0, 8 * K, lookup ? &has_dirty : nullptr).ok());
+    CHECK(has_dirty == lookup);  // only the lookup says so
+    bool inserted = true;
+    REQUIRE(idx->InsertIfUnchanged(Ext(0, 0, 1, 100), since, &inserted).ok());
+    CHECK_FALSE(inserted);
+    // It removes nothing: the dirty copy stays until the write's own insert.
+    CHECK(LookupAll(*idx, 0, 0, 8) == V{Ext(0, 4, 1, 700, 1, true)});
+  }
+  // Another range stays fillable.
+  uint64_t since = idx->Sequence(0, 1024 * K, K);
+  REQUIRE(idx->MarkWrite(0, 0, 8 * K, nullptr).ok());
+  bool inserted = false;
+  REQUIRE(idx->InsertIfUnchanged(Ext(0, 1024, 1, 100), since, &inserted).ok());
+  CHECK(inserted);
+}
+
 // Rule 9's fill half: checked to fail with BackingWriteInFlight returning false.
 TEST_CASE("a fill is refused while a backing write over its range is in flight, and taken after it") {
   MemNodeStore store(4096);

@@ -687,6 +687,36 @@ TEST_CASE("rule 9: clean copies a backing flush covers, and fills of flushed dat
   CHECK(r.Read(*r.dev, 16 * kBlock, kBlock) == Pattern(kBlock, 4));
 }
 
+// The router's two roads for a writeback write (CachedDevice::DoWrite):
+// below the cutoffs it goes dirty into the cache without the dirty lookup
+// (DirtyWriteEngine::TakesWithoutLookup); past cutoff_writeback the lookup
+// decides — over dirty data it is still taken, over none it goes through.
+// Fails if TakesWithoutLookup takes a write the cutoff turns away.
+TEST_CASE("writeback: past cutoff_writeback a write over dirty data is taken, one over none goes through, a FUA one is taken") {
+  Rig r;
+  r.set->knobs().writeback_order = WritebackOrder::kLba;  // no ordered gate: the write goes through at once
+  r.Write(0, 4 * kBlock, 1);  // below the cutoffs
+  CHECK(r.dev->dirty_bytes() == 4 * kBlock);
+  REQUIRE(r.set->in_use_percent() > 0);
+  r.set->knobs().cutoff_writeback = 0;
+  r.Write(kBlock, kBlock, 2);  // over dirty data
+  CHECK(r.dev->cutoff_writethroughs() == 0);
+  CHECK(r.dev->dirty_bytes() == 4 * kBlock);
+  CHECK(r.Read(*r.backing, kBlock, kBlock) != Pattern(kBlock, 2));
+  r.Write(64 * kBlock, kBlock, 3);  // over none
+  CHECK(r.dev->cutoff_writethroughs() == 1);
+  CHECK(r.Read(*r.backing, 64 * kBlock, kBlock) == Pattern(kBlock, 3));
+  r.Write(128 * kBlock, kBlock, 4, kIoFua);  // sync: up to the sync cutoff
+  CHECK(r.dev->cutoff_writethroughs() == 1);
+  CHECK(r.dev->dirty_bytes() == 5 * kBlock);
+  auto first = Pattern(4 * kBlock, 1);
+  first.resize(kBlock);
+  CHECK(r.Read(*r.dev, 0, kBlock) == first);
+  CHECK(r.Read(*r.dev, kBlock, kBlock) == Pattern(kBlock, 2));
+  CHECK(r.Read(*r.dev, 64 * kBlock, kBlock) == Pattern(kBlock, 3));
+  CHECK(r.Read(*r.dev, 128 * kBlock, kBlock) == Pattern(kBlock, 4));
+}
+
 // Rule 5, over dirty data, the FUA (WriteThroughEngine::Write): fails with
 // the backing write's kIoFua taken out — the commit drops the dirty copy,
 // the cut drops the backing write: the range reads zeros.
