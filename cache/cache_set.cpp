@@ -555,17 +555,24 @@ void CacheSet::EndSoftCommit(std::vector<CommitWaiter> batch, ExtentIndex::SoftC
   // that waits for an answer keeps running until it has it (this one may
   // have served its last request — a test's thread, a tool's).
   Reactor* next = nullptr;
+  bool wake = false;
   const bool half_full = disk_store_->journal_used() > disk_store_->journal_capacity() / 2;  // not under jmu_
   {
     MutexLock l(&jmu_);
     if (half_full) checkpoint_wanted_ = true;
-    if (!waiters_.empty() && MayLeadLocked())
+    if (!waiters_.empty() && MayLeadLocked()) {
       next = waiters_.front().reactor;  // the slot stays held, for it
-    else
+    } else {
       soft_inflight_ = false;
+      // Only when someone waits for what just changed: excluders (the
+      // journal thread among them) for the slot, the journal thread for
+      // waiters no reactor may lead or for the checkpoint. Not after every
+      // batch: each wakeup of a journal thread with nothing to do cost a
+      // futex wake on this reactor and a context switch on that thread.
+      wake = excluded_ > 0 || !waiters_.empty() || checkpoint_wanted_;
+    }
   }
-  // Excluders wait for the slot; the journal thread for work.
-  if (!next) jcv_.SignalAll();
+  if (wake) jcv_.SignalAll();
   Reactor* here = Reactor::Current();
   if (next == here)
     here->Defer([this] { LeadSoftCommit(); });
