@@ -1,0 +1,1 @@
+nbdkit -f --exit-with-parent -U /tmp/datapath.vhIaxB/null.sock null 1073741824
