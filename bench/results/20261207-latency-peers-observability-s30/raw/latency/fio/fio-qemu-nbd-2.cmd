@@ -1,0 +1,1 @@
+fio --name=qemu-nbd-2 --iodepth=1 --rw=randread --bs=4k --time_based --runtime=5 --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99:99.9 --output-format=json --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/latency.gTwvu3/qemu-nbd.sock --offset=536870912 --size=268435456

@@ -1,0 +1,1 @@
+fio --name=raw-1 --iodepth=1 --rw=randread --bs=4k --time_based --runtime=5 --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99:99.9 --output-format=json --ioengine=io_uring --direct=1 --filename=/var/tmp/ubcache-bench/run/latency-cache.img --offset=536870912 --size=268435456

@@ -1,0 +1,1 @@
+fio --name=ubcache-3 --iodepth=1 --rw=randread --bs=4k --time_based --runtime=5 --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99:99.9 --output-format=json --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/latency.gTwvu3/ubcache.sock --offset=0 --size=268435456

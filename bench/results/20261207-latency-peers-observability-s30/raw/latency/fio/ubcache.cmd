@@ -1,0 +1,1 @@
+/var/tmp/ubcache-bench/run/bin.njB4Oj/ubcache serve --cache /var/tmp/ubcache-bench/run/latency-cache.img --backing sas:/var/tmp/ubcache-bench/run/latency-backing.img --sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0 --nbd unix:/tmp/latency.gTwvu3/ubcache.sock --control /tmp/latency.gTwvu3/ubcache.ctl
