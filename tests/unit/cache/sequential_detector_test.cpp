@@ -227,11 +227,12 @@ TEST_CASE("a stream whose pieces come on different threads, as over several conn
     // header's "a little later, never sooner"), and with the three threads
     // truly in parallel on two cores a race lost one in about a third of
     // the attempts (the runs left: 1.4–6.4 MiB, else all 32 MiB joined),
-    // so a single attempt failed this case in 1 of 2 full unit runs. Ten
-    // attempts, at least one carried over the cutoff by its joins: without
-    // joins none is.
+    // so a single attempt failed this case in 1 of 2 full unit runs; under
+    // ThreadSanitizer, which slows the threads unevenly, ten attempts all
+    // lost in about 1 of 7 runs. Forty attempts, at least one carried over
+    // the cutoff by its joins: without joins none is.
     int crossed = 0;
-    for (int attempt = 0; attempt < 10; attempt++) {
+    for (int attempt = 0; attempt < 40; attempt++) {
       SequentialDetector d;
       std::atomic<uint64_t> next{0};
       auto work = [&] {
