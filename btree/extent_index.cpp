@@ -613,13 +613,10 @@ Status ExtentIndex::MarkWrite(uint32_t dev, uint64_t start, uint64_t len, bool* 
   UB_RETURN_IF_ERROR(CheckRange(dev, start, len));
   uint64_t end = start + len;
   ShardLocks locks(this, ShardsFor(dev, start, end));
-  if (!has_dirty) {
-    MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
-    return Status::OK();
-  }
-  // Without I/O: every node first (see the header).
-  if (IsServingThread()) UB_RETURN_IF_ERROR(ProbeMutationLocked(locks, dev, start, end, false));
+  // Without I/O: every node the lookup below reads, first (see the header).
+  if (has_dirty && IsServingThread()) UB_RETURN_IF_ERROR(ProbeMutationLocked(locks, dev, start, end, false));
   MarkChanged(dev, start, end, seq_.fetch_add(1) + 1);
+  if (!has_dirty) return Status::OK();
   std::vector<Extent> cur;
   for (uint32_t id : locks.ids()) {
     Shard* sh = shards_[id].get();
