@@ -22,8 +22,8 @@ WORKLOADS = {  # name: (fio direction, metric, configurations)
     "randread_4k_qd1": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
     "randread_4k_qd32": ("read", "iops", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
     "read_1m_qd8": ("read", "gbps", ["raw", "file", "hit", "qemu-nbd", "min", "mem", "nbdkit", "null"]),
-    "randwrite_4k_qd32": ("write", "iops", ["raw", "wb", "minw", "mem", "nbdkit", "null"]),
-    "write_1m_qd8": ("write", "gbps", ["raw", "wb", "minw", "mem", "nbdkit", "null"]),
+    "randwrite_4k_qd32": ("write", "iops", ["raw", "wb", "minw", "minw0", "mem", "nbdkit", "null"]),
+    "write_1m_qd8": ("write", "gbps", ["raw", "wb", "minw", "minw0", "mem", "nbdkit", "null"]),
 }
 KEYS = ("iops", "gbps", "p50_us", "p99_us", "server_cpu_us_per_io", "fio_cpu_pct")
 SET_OF = {"randread_4k_qd1": ("hit", "qemu-nbd", "raw", "mem"), "read_1m_qd8": ("hit", "file")}  # as the suite's
@@ -208,6 +208,16 @@ def main():
     bar(29, "4 KiB randwrite QD32: the minimal io_uring responder's CPU per write (it spins 200 µs before it "
         "sleeps, as ubcache's reactor does for reads)", mc, None, le, f"{mc:.1f} µs" if mc is not None else None,
         info=True)
+    # Without the poll (--spin-us 0) the responder's CPU per write is the
+    # kernel's part of a write's recv, O_DIRECT write and reply: the floor
+    # of the 8 µs bar, before any index, journal or allocation.
+    mc0 = m("randwrite_4k_qd32", "minw0", "server_cpu_us_per_io")
+    bar(29, "4 KiB randwrite QD32: the minimal io_uring responder's CPU per write without its poll (--spin-us 0: "
+        "the kernel's part of a write, no cache work)", mc0, None, le, f"{mc0:.1f} µs" if mc0 is not None else None,
+        info=True)
+    mv0, mrg0 = per_round("randwrite_4k_qd32", "minw0", "raw", "iops")
+    bar(29, "4 KiB randwrite QD32: the minimal io_uring responder without its poll / the raw file", mv0, None, ge,
+        times(mv0, mrg0), info=True)
     v, rg = per_round("write_1m_qd8", "wb", "raw", "gbps")
     bar(29, "1 MiB seq write QD8: writeback ≥ 0.8× the raw file", v, 0.8, ge,
         times(v, rg))

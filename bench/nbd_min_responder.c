@@ -4,7 +4,7 @@
 // machine's cores can carry when a client, a server and the disk share them.
 // Not a server to use.
 //
-//   nbd_min_responder [--write] SOCKET FILE
+//   nbd_min_responder [--write] [--spin-us N] SOCKET FILE
 //
 // Listens on the Unix socket SOCKET, serves FILE (O_DIRECT; read-only unless
 // --write) to one client at a time: fixed newstyle handshake (NBD_OPT_GO /
@@ -18,7 +18,9 @@
 // ubcache's reactor with a deep disk queue) — the submission pattern of
 // ubcache's file export, and the least a writeback cache does for a write
 // (its data written once to the cache device), with nothing else (no index,
-// no journal, no writeback, no stats, no buffer pool).
+// no journal, no writeback, no stats, no buffer pool). --spin-us N polls
+// N us instead (0: it sleeps in io_uring_enter at once): with 0 its CPU per
+// request is the least the kernel's part of a request costs here.
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
@@ -377,9 +379,24 @@ static void serve(int fd) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && strcmp(argv[1], "--write") == 0) writable = 1, argc--, argv++;
+  long spin_us = -1;  // --spin-us: MIN_SPIN_US on the command line
+  for (;;) {
+    if (argc > 1 && strcmp(argv[1], "--write") == 0) {
+      writable = 1, argc--, argv++;
+    } else if (argc > 2 && strcmp(argv[1], "--spin-us") == 0) {
+      char* end;
+      spin_us = strtol(argv[2], &end, 10);
+      if (*end || spin_us < 0) {
+        fprintf(stderr, "%s: --spin-us takes microseconds (0: sleep at once)\n", argv[0]);
+        return 2;
+      }
+      argc -= 2, argv += 2;
+    } else {
+      break;
+    }
+  }
   if (argc != 3) {
-    fprintf(stderr, "usage: %s [--write] SOCKET FILE\n", argv[0]);
+    fprintf(stderr, "usage: %s [--write] [--spin-us N] SOCKET FILE\n", argv[0]);
     return 2;
   }
   signal(SIGTERM, on_term);
@@ -399,7 +416,7 @@ int main(int argc, char** argv) {
   unsigned flags = env ? (unsigned)strtoul(env, NULL, 0) : 0;
   stats = getenv("MIN_STATS") != NULL;
   env = getenv("MIN_SPIN_US");
-  spin_ns = (env ? strtoull(env, NULL, 0) : 200) * 1000;
+  spin_ns = (spin_us >= 0 ? (unsigned long long)spin_us : env ? strtoull(env, NULL, 0) : 200) * 1000;
   if (io_uring_queue_init(512, &ring, flags)) die("io_uring_queue_init");
   int ls = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un a = {.sun_family = AF_UNIX};

@@ -827,8 +827,9 @@ def r_rbd(d, plots):
 
 DP_LABEL = {"raw": "raw file, fio io_uring O_DIRECT", "file": "`serve --backing FILE`",
             "hit": "cache hit (`--cache`, warm)", "qemu-nbd": "qemu-nbd `--aio=io_uring --cache=none`",
-            "min": "minimal io_uring responder", "minw": "minimal io_uring responder (--write)", "mem": "`serve --backing mem:`", "nbdkit": "nbdkit memory",
-            "null": "nbdkit null",
+            "min": "minimal io_uring responder", "minw": "minimal io_uring responder (--write)",
+            "minw0": "minimal io_uring responder (--write, no poll)", "mem": "`serve --backing mem:`",
+            "nbdkit": "nbdkit memory", "null": "nbdkit null",
             "wb": "ubcache writeback over a file"}
 
 

@@ -26,9 +26,13 @@
 #   minw      bench/nbd_min_responder --write on a file of its own: the least
 #             an io_uring NBD server does for a write (recv, O_DIRECT write,
 #             reply) — the writes' yardstick, as min is the reads'
+#   minw0     the same with --spin-us 0 (it sleeps in io_uring_enter at once,
+#             no poll): its CPU per write is the kernel's part of one
+#             recv, O_DIRECT write and reply on this machine — the floor
+#             under issue 29's CPU bar that no server's writes go below
 # Workloads: 4 KiB randread QD1 and QD32, 1 MiB sequential read QD8 (raw,
 # file, hit, qemu-nbd, min, mem, nbdkit, null); 4 KiB randwrite QD32 and 1 MiB
-# sequential write QD8 (raw, wb, minw, mem, nbdkit, null). NBD configurations go
+# sequential write QD8 (raw, wb, minw, minw0, mem, nbdkit, null). NBD configurations go
 # through fio's nbd engine (libnbd, one connection). Every server is up for
 # the whole run; each round drives every configuration of a workload once,
 # the order rotated by one per round (A B C, B C A, ...). Files are SIZE of
@@ -143,6 +147,8 @@ start_server qemu-nbd "$QEMU_NBD" --read-only --cache=none --aio=io_uring --form
   --socket="$raw/qemu-nbd.sock" "$DATA" || die "qemu-nbd failed to start"
 start_server min "$RESPONDER" "$raw/min.sock" "$DATA" || die "nbd_min_responder failed to start"
 start_server minw "$RESPONDER" --write "$raw/minw.sock" "$MINW" || die "nbd_min_responder --write failed to start"
+start_server minw0 "$RESPONDER" --write --spin-us 0 "$raw/minw0.sock" "$MINW" ||
+  die "nbd_min_responder --write --spin-us 0 failed to start"
 start_server nbdkit "$NBDKIT" -f --exit-with-parent -U "$raw/nbdkit.sock" memory "$size" ||
   die "nbdkit memory failed to start"
 start_server null "$NBDKIT" -f --exit-with-parent -U "$raw/null.sock" null "$size" ||
@@ -170,8 +176,8 @@ workloads=(randread_4k_qd1 randread_4k_qd32 read_1m_qd8 randwrite_4k_qd32 write_
 # Workload -> the configurations of its back-to-back sets.
 declare -A SET_OF=([randread_4k_qd1]="hit qemu-nbd raw mem" [read_1m_qd8]="hit file")
 read_configs=(raw file hit qemu-nbd min mem nbdkit null)
-servers_all=(file hit wb mem qemu-nbd min minw nbdkit null)  # every server started above
-write_configs=(raw wb minw mem nbdkit null)
+servers_all=(file hit wb mem qemu-nbd min minw minw0 nbdkit null)  # every server started above
+write_configs=(raw wb minw minw0 mem nbdkit null)
 
 run_one() {  # run_one WORKLOAD CONFIG ROUND [SECONDS]: ROUND is N, or sN for the Nth set
   local w=$1 c=$2 r=$3 len=${4:-$SECONDS_PER} tag="$1-$2-$3" rw bs qd args=() what
