@@ -94,17 +94,21 @@ class Reactor {
   // Number of SQEs handed out and not yet completed.
   uint64_t inflight() const { return inflight_; }
 
-  // A disk I/O (UringDevice, not a socket; `read`: a read) submitted on
-  // this ring, and its completion. While one or two are in flight, the
-  // reactor sleeps instead of spinning; with more reads in flight it spins
-  // longer (SpinForWork). Reactor thread.
-  void DiskIoStarted(bool read) {
+  // A disk I/O (UringDevice, not a socket; `read`: a read of `len` bytes)
+  // submitted on this ring, and its completion. While one or two are in
+  // flight, the reactor sleeps instead of spinning; with more reads in
+  // flight it spins longer, and longest for a while after more than two
+  // small reads were in flight (SpinForWork). Reactor thread.
+  void DiskIoStarted(bool read, uint64_t len) {
     disk_inflight_++;
     disk_reads_inflight_ += read;
+    if (read && len <= kSmallReadBytes && ++disk_small_reads_inflight_ > kShallowDiskQueue)
+      last_small_deep_ns_ = last_reaped_ns_;
   }
-  void DiskIoDone(bool read) {
+  void DiskIoDone(bool read, uint64_t len) {
     disk_inflight_--;
     disk_reads_inflight_ -= read;
+    disk_small_reads_inflight_ -= read && len <= kSmallReadBytes;
     disk_reaped_ = true;
   }
 
@@ -118,6 +122,12 @@ class Reactor {
   // A reactor with at most this many disk I/Os in flight (and at least one)
   // sleeps instead of spinning: its next event is the disk's.
   static constexpr uint64_t kShallowDiskQueue = 2;
+  // A deep queue of small reads (more than kShallowDiskQueue reads of at
+  // most kSmallReadBytes in flight, seen within kSmallDeepMemoryNs): the
+  // reactor polls up to kSmallDeepSpinNs, through the queue's dips too.
+  static constexpr uint64_t kSmallReadBytes = 64 << 10;
+  static constexpr uint64_t kSmallDeepMemoryNs = 20'000'000;
+  static constexpr uint64_t kSmallDeepSpinNs = 1'000'000;
   // Polls the ring until work shows up (true) or the spin's time passes
   // (false).
   bool SpinForWork();
@@ -157,6 +167,13 @@ class Reactor {
   // was (NowNanos()): a reactor whose disk queue just drained sleeps too.
   bool disk_reaped_ = false;
   uint64_t last_disk_reaped_ns_ = 0;
+  // Small reads (kSmallReadBytes) in flight, and when more than
+  // kShallowDiskQueue of them last were (the last reap's time: close enough).
+  uint64_t disk_small_reads_inflight_ = 0;
+  uint64_t last_small_deep_ns_ = 0;
+  // A kSmallDeepSpinNs poll ran out with nothing to do; cleared when a
+  // kDeepDiskSpinNs one finds work.
+  bool long_spin_ran_out_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<int> stoppers_{0};  // Stop() calls still touching event_fd_
   std::atomic<bool> sleeping_{false};

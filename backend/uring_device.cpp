@@ -42,7 +42,7 @@ struct UringOp final : IoCompletion {
   IoDone done;
 
   void Issue() {
-    Reactor::Current()->DiskIoStarted(req.op == IoOp::kRead);
+    Reactor::Current()->DiskIoStarted(req.op == IoOp::kRead, req.len);
     io_uring_sqe* sqe = Reactor::Current()->PrepareSqe(this);
     uint64_t off = req.offset + done_bytes;
     uint64_t left = req.len - done_bytes;
@@ -76,7 +76,7 @@ struct UringOp final : IoCompletion {
   }
 
   void Complete(int32_t res, uint32_t) override {
-    Reactor::Current()->DiskIoDone(req.op == IoOp::kRead);
+    Reactor::Current()->DiskIoDone(req.op == IoOp::kRead, req.len);
     if (res == -EAGAIN || res == -EINTR) {
       Issue();
       return;
