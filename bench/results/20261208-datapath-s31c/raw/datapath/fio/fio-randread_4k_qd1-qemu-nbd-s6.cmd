@@ -1,0 +1,1 @@
+fio --name=randread_4k_qd1-qemu-nbd-s6 --rw=randread --bs=4k --iodepth=1 --runtime=5 --time_based --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99 --output-format=json --size=1073741824 --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/datapath.12nXG9/qemu-nbd.sock

@@ -1,0 +1,1 @@
+fio --name=randwrite_4k_qd32-minw-2 --rw=randwrite --bs=4k --iodepth=32 --runtime=10 --time_based --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99 --output-format=json --size=1073741824 --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/datapath.12nXG9/minw.sock

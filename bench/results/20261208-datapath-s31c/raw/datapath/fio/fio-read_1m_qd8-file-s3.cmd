@@ -1,0 +1,1 @@
+fio --name=read_1m_qd8-file-s3 --rw=read --bs=1m --iodepth=8 --runtime=5 --time_based --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99 --output-format=json --size=1073741824 --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/datapath.12nXG9/file.sock

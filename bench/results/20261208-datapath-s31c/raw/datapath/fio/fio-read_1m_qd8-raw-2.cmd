@@ -1,0 +1,1 @@
+fio --name=read_1m_qd8-raw-2 --rw=read --bs=1m --iodepth=8 --runtime=10 --time_based --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99 --output-format=json --size=1073741824 --ioengine=io_uring --direct=1 --filename=/var/tmp/ubcache-bench/run/datapath-data.img

@@ -1,0 +1,1 @@
+fio --name=write_1m_qd8-null-2 --rw=write --bs=1m --iodepth=8 --runtime=10 --time_based --randrepeat=0 --norandommap --lat_percentiles=1 --percentile_list=50:99 --output-format=json --size=1073741824 --ioengine=nbd --uri=nbd+unix:///?socket=/tmp/datapath.12nXG9/null.sock

@@ -1,0 +1,1 @@
+/var/tmp/ubcache-bench/run/bin.honxxM/ubcache serve --cache /var/tmp/ubcache-bench/run/datapath-hit-cache.img --backing /var/tmp/ubcache-bench/run/datapath-hit-backing.img --sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0 --nbd unix:/tmp/datapath.12nXG9/hit.sock --control /tmp/datapath.12nXG9/hit.ctl

@@ -1,0 +1,1 @@
+/var/tmp/ubcache-bench/run/bin.honxxM/ubcache serve --cache /var/tmp/ubcache-bench/run/datapath-wb-cache.img --backing /var/tmp/ubcache-bench/run/datapath-wb-backing.img --cache-mode writeback --sequential-cutoff 0 --congested-read-threshold-us 0 --congested-write-threshold-us 0 --nbd unix:/tmp/datapath.12nXG9/wb.sock --control /tmp/datapath.12nXG9/wb.ctl
