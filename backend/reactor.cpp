@@ -317,9 +317,8 @@ bool Reactor::SpinForWork() {
   // responder 68-70k, 87-88k, 92-93k with none, 50 and 200 us). Not for
   // writes: writeback 4 KiB writes at QD32 kept their IOPS with it and paid
   // 0.5-1.7 us more CPU per write.
-  const uint64_t spin = small_deep                                ? kSmallDeepSpinNs
-                        : disk_reads_inflight_ > kShallowDiskQueue ? kDeepDiskSpinNs
-                                                                   : kSpinNs;
+  const bool deep = !small_deep && disk_reads_inflight_ > kShallowDiskQueue;
+  const uint64_t spin = small_deep ? kSmallDeepSpinNs : deep ? kDeepDiskSpinNs : kSpinNs;
   if (now - last_reaped_ns_ > spin) return false;
   io_uring_submit(&ring_);  // what this turn prepared goes out first
   uint64_t until = now + spin;
@@ -327,11 +326,11 @@ bool Reactor::SpinForWork() {
     if (io_uring_cq_ready(&ring_) > 0 ||
         (IO_URING_READ_ONCE(*ring_.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) ||
         has_posted_.load(std::memory_order_acquire) || stopped()) {
-      if (spin == kDeepDiskSpinNs) long_spin_ran_out_ = false;
+      if (deep) long_spin_ran_out_ = false;
       return true;
     }
     if ((i & 63) == 63 && NowNanos() >= until) {
-      if (spin == kSmallDeepSpinNs) long_spin_ran_out_ = true;
+      if (small_deep) long_spin_ran_out_ = true;
       return false;
     }
 #if defined(__x86_64__) || defined(__i386__)

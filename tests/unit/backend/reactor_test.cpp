@@ -4,12 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <ctime>
 #include <future>
 #include <thread>
 #include <vector>
 
 #include "device_test_support.h"
 #include "util/clock.h"
+#include "util/thread.h"
 
 using namespace ubcache;
 using namespace ubcache::test;
@@ -241,4 +243,54 @@ TEST_CASE("many more requests in flight than the CQ holds all complete, each onc
   reactor->RunOnce(false);
   for (int i = 0; i < kN; i++) REQUIRE(runs[i] == 1);
   CHECK(reactor->inflight() == base);
+}
+
+TEST_CASE("a serving reactor stops polling soon after a deep queue of small reads has completed") {
+  // After more than two small reads in flight the reactor polls up to
+  // kSmallDeepSpinNs through the queue's dips (SpinForWork); once the
+  // reads are done and nothing comes, a poll that runs out must end in a
+  // sleep, not in another poll: an idle daemon keeps no core busy.
+  TempFile file(1 << 20);
+  double idle_cpu_ms = -1;
+  std::thread loop([&] {
+    ServingThreadScope serving;
+    auto reactor = BoundReactor();
+    auto dev = OpenDevice(file.path());
+    REQUIRE(dev.ok());
+    constexpr int kReads = 16;
+    std::vector<AlignedBuffer> bufs;
+    for (int i = 0; i < kReads; i++) bufs.emplace_back(4096);
+    int done = 0;
+    for (int round = 0; round < 4; round++) {
+      for (int i = 0; i < kReads; i++) {
+        IoRequest req;
+        req.offset = uint64_t(i) * 65536;
+        req.len = 4096;
+        req.buf = bufs[i].data();
+        (*dev)->Submit(req, [&](Status st) {
+          CHECK(st.ok());
+          done++;
+        });
+      }
+      reactor->RunUntil([&] { return done == (round + 1) * kReads; });
+    }
+    auto thread_cpu_ns = [] {
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+    };
+    // 300 ms of nothing but a timer at its end, within and past the 20 ms
+    // the deep queue is remembered.
+    bool fired = false;
+    uint64_t cpu0 = thread_cpu_ns();
+    reactor->RunAt(NowNanos() + 300'000'000, [&] { fired = true; });
+    reactor->RunUntil([&] { return fired; });
+    idle_cpu_ms = double(thread_cpu_ns() - cpu0) / 1e6;
+  });
+  loop.join();
+  INFO("CPU over 300 ms idle: " << idle_cpu_ms << " ms");
+  // One run-out poll (1 ms) and a few short ones; polling through the
+  // idle time would be ~300 ms.
+  CHECK(idle_cpu_ms >= 0);
+  CHECK(idle_cpu_ms < 30);
 }
